@@ -1,0 +1,150 @@
+"""Split (inductive) conformal calibration and the registry of calibrators.
+
+Given ``n`` calibration scores ``s_i = s(x_i, y_i)`` the threshold is ``q = Q_{1-α}(S ∪ {∞})``, the
+``⌈(n+1)(1-α)⌉``-th smallest score (see :func:`sciml.uq.quantile.conformal_quantile`), and the prediction set
+is ``{y : s(x, y) <= q}``. For exchangeable continuous scores the coverage given the calibration set is
+``Beta(k, n+1-k)`` with mean ``k/(n+1) >= 1-α`` (``refs/UQ_METHODS.md``, "Split conformal").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from numbers import Real
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from .quantile import check_alpha, conformal_quantile
+from .scores import SCORES
+from .sets import Interval
+
+__all__ = ["CALIBRATORS", "SplitConformal", "calibrator_from_dict"]
+
+
+def _check_scores(scores: Tensor) -> None:
+    if not isinstance(scores, Tensor) or scores.dim() != 1 or not scores.is_floating_point():
+        raise ValueError("calibration scores must be a 1-D floating tensor of shape (n,)")
+    if scores.numel() == 0:
+        raise ValueError("calibration scores are empty; fit needs at least one score")
+    if not torch.isfinite(scores).all():
+        raise ValueError("calibration scores must be finite (no NaN or inf)")
+
+
+class SplitConformal(nn.Module):
+    """Split conformal calibrator; sorted calibration scores live in the buffer ``scores``, shape ``(n,)``.
+
+    Parameters
+    ----------
+    score : str
+        Name of a score in :data:`sciml.uq.scores.SCORES` (``"absolute"`` or ``"normalized"``).
+    alpha : float
+        Default miscoverage in ``(0, 1)``; the sets cover with probability ``>= 1 - alpha``.
+
+    Notes
+    -----
+    ``score`` and ``alpha`` are configuration (kept in :meth:`to_dict`); only the scores travel in
+    ``state_dict``, which can be loaded into an instance fitted on any number of scores (or none).
+
+    """
+
+    method = "split"
+
+    def __init__(self, score: str = "absolute", alpha: float = 0.1) -> None:
+        super().__init__()
+        if not isinstance(score, str) or score not in SCORES:
+            raise ValueError(f"unknown score {score!r}; known scores: {sorted(SCORES)}")
+        self.score_name = score
+        self.score_fn = SCORES[score]()
+        self.alpha = check_alpha(alpha)
+        self.register_buffer("scores", torch.empty(0))
+
+    @property
+    def n_calib(self) -> int:
+        """Number of calibration scores ``n`` (0 before :meth:`fit`)."""
+        return self.scores.numel()
+
+    def fit(self, scores: Tensor) -> SplitConformal:
+        """Store the calibration scores, shape ``(n,)``, finite, sorted ascending; returns ``self``."""
+        _check_scores(scores)
+        self.scores = torch.sort(scores.detach()).values.to(self.scores.device)
+        return self
+
+    def fit_predictions(self, pred: Tensor, y: Tensor, sigma: Tensor | None = None) -> SplitConformal:
+        """Score calibration predictions ``pred``, targets ``y`` (and ``sigma``), all ``(n,)``, then fit."""
+        return self.fit(self.score_fn.score(pred, y, sigma))
+
+    def threshold(self, alpha: float | None = None) -> Tensor:
+        """Conformal threshold ``q`` (0-dim), ``+inf`` when ``⌈(n+1)(1-alpha)⌉ > n``."""
+        if self.n_calib == 0:
+            raise RuntimeError("SplitConformal is not fitted; call fit(scores) or fit_predictions first")
+        return conformal_quantile(self.scores, self.alpha if alpha is None else alpha)
+
+    def predict_set(self, pred: Tensor, sigma: Tensor | None = None, alpha: float | None = None) -> Interval:
+        """Prediction interval ``{y : s(pred, y, sigma) <= q}`` for ``pred`` of shape ``(m,)``."""
+        return self.score_fn.interval(pred, self.threshold(alpha), sigma)
+
+    def forward(self, pred: Tensor, sigma: Tensor | None = None, alpha: float | None = None) -> Interval:
+        """Alias of :meth:`predict_set`."""
+        return self.predict_set(pred, sigma, alpha)
+
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    ) -> None:
+        # Resize the buffer to the incoming number of scores before the default strict copy.
+        incoming = state_dict.get(prefix + "scores")
+        if isinstance(incoming, Tensor):
+            if incoming.dim() != 1 or not torch.isfinite(incoming).all():
+                error_msgs.append(f"{prefix}scores must be a 1-D tensor of finite scores")
+                return
+            self.scores = torch.empty(incoming.shape, dtype=incoming.dtype, device=self.scores.device)
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable ``{"method", "score", "alpha", "scores"}`` (scores as Python floats)."""
+        if self.n_calib == 0:
+            raise RuntimeError("SplitConformal is not fitted; call fit(scores) before to_dict")
+        return {
+            "method": self.method,
+            "score": self.score_name,
+            "alpha": self.alpha,
+            "scores": [float(s) for s in self.scores.tolist()],
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> SplitConformal:
+        """Rebuild from :meth:`to_dict` output; scores are loaded as float64 (lossless)."""
+        if not isinstance(d, Mapping):
+            raise ValueError(f"calibrator dict must be a mapping, got {type(d).__name__}")
+        keys = {"method", "score", "alpha", "scores"}
+        if set(d) != keys:
+            raise ValueError(
+                f"split calibrator dict needs exactly the keys {sorted(keys)}; "
+                f"missing {sorted(keys - set(d))}, unexpected {sorted(set(d) - keys, key=str)}"
+            )
+        if d["method"] != cls.method:
+            raise ValueError(f"method must be {cls.method!r}, got {d['method']!r}")
+        raw = d["scores"]
+        if not isinstance(raw, list | tuple) or not all(
+            isinstance(s, Real) and not isinstance(s, bool) for s in raw
+        ):
+            raise ValueError("'scores' must be a list of numbers")
+        if not all(math.isfinite(s) for s in raw):
+            raise ValueError("'scores' must be finite (no NaN or inf)")
+        return cls(score=d["score"], alpha=d["alpha"]).fit(torch.tensor(raw, dtype=torch.float64))
+
+
+CALIBRATORS: dict[str, type[nn.Module]] = {"split": SplitConformal}
+
+
+def calibrator_from_dict(d: Mapping[str, Any]) -> nn.Module:
+    """Rebuild any registered calibrator from its ``to_dict`` output, dispatching on ``d["method"]``."""
+    if not isinstance(d, Mapping) or "method" not in d:
+        raise ValueError("calibrator dict must be a mapping with a 'method' key")
+    method = d["method"]
+    if not isinstance(method, str) or method not in CALIBRATORS:
+        raise ValueError(f"unknown calibration method {method!r}; known methods: {sorted(CALIBRATORS)}")
+    return CALIBRATORS[method].from_dict(d)
