@@ -1,0 +1,1 @@
+"""The ``sciml`` command line (thin shells around library functions)."""

@@ -1,0 +1,301 @@
+"""Read crystal structures from files or objects and check that a crystal model can use them.
+
+One reader for every atomistic model: :func:`read_structure` turns a pymatgen ``Structure``, an ASE
+``Atoms`` or a file (CIF, POSCAR/CONTCAR/``.vasp``, extxyz, pymatgen JSON) into a checked pymatgen
+``Structure``; anything it cannot use raises :class:`StructureError`, whose message is one line naming the
+source. Lengths are in Å.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pymatgen.core import DummySpecies, IStructure, Structure
+
+MIN_VOLUME = 1e-3  # Å^3; a cell with a smaller |det L| is degenerate
+MIN_VOLUME_PER_ATOM = 1.0  # Å^3; the densest solids hold ~5 Å^3 per atom, so less means a broken cell
+COMPRESSED = (".gz", ".bz2", ".xz", ".lzma")
+SUPPORTED = "CIF (.cif), POSCAR/CONTCAR or .vasp/.poscar, extxyz (.xyz/.extxyz), pymatgen JSON (.json)"
+
+
+class StructureError(ValueError):
+    """A structure that cannot be read or used; ``str()`` is one line: ``"{source}: {reason} (fix: ...)"``.
+
+    Parameters
+    ----------
+    source : str
+        File, CSV row or ``"<input i>"`` the structure came from.
+    reason : str
+        What is wrong, in one line.
+    fix : str, optional
+        What the user can do about it.
+
+    """
+
+    def __init__(self, source: str, reason: str, fix: str = "") -> None:
+        self.source, self.reason, self.fix = str(source), _one_line(reason), _one_line(fix)
+        super().__init__(self.source, self.reason, self.fix)
+
+    def __str__(self) -> str:
+        return f"{self.source}: {self.reason}" + (f" (fix: {self.fix})" if self.fix else "")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def parse_cif_string(text: str, source: str) -> Structure:
+    """Parse CIF text holding exactly one structure (not checked; see :func:`check_structure`).
+
+    The cell is kept as written (``primitive=False``); pymatgen's parser warnings are suppressed and the
+    relevant one is quoted in the error when nothing could be parsed.
+    """
+    from pymatgen.io.cif import CifParser
+
+    if not isinstance(text, str) or not text.strip():
+        raise StructureError(source, "empty CIF text")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            structures = CifParser.from_str(text).parse_structures(primitive=False)
+        except Exception as err:  # pymatgen raises many types on malformed input
+            notes = [str(w.message) for w in caught if "No structure parsed" in str(w.message)]
+            detail = f" ({_one_line(notes[0])[:160]})" if notes else ""
+            reason = f"not a valid CIF: no structure could be parsed{detail}"
+            fix = "check the file is a CIF with cell and _atom_site data"
+            raise StructureError(source, reason, fix) from err
+    if len(structures) != 1:
+        reason = f"CIF holds {len(structures)} structures, expected one"
+        raise StructureError(source, reason, "split the file")
+    return structures[0]
+
+
+def check_structure(
+    structure: Structure,
+    source: str,
+    min_distance: float = 0.5,
+    allowed_elements: set[str] | None = None,
+) -> Structure:
+    """Raise :class:`StructureError` unless ``structure`` is usable by a crystal model; return it.
+
+    Checks, in order: at least one site; an ordered structure of real elements (no partial occupancy, no
+    dummy species); elements in ``allowed_elements`` when given; finite lattice and coordinates; a cell with
+    ``|det L| >= MIN_VOLUME`` (1e-3 Å^3) and at least ``MIN_VOLUME_PER_ATOM`` (1 Å^3) per atom; no two
+    sites (or a site and its own periodic image) closer than ``min_distance`` Å.
+    """
+    n = len(structure)
+    if n == 0:
+        raise StructureError(source, "structure has no atoms")
+    if not structure.is_ordered:
+        raise StructureError(
+            source,
+            "disordered structure (partial occupancy)",
+            "order the structure first, e.g. pymatgen OrderDisorderedStructureTransformation",
+        )
+    dummies = sorted({str(sp) for sp in structure.species if isinstance(sp, DummySpecies)})
+    if dummies:
+        raise StructureError(source, f"not a chemical element: {', '.join(dummies)}", "use element symbols")
+    symbols = {sp.symbol for sp in structure.species}
+    if allowed_elements is not None and not symbols <= set(allowed_elements):
+        unseen = ", ".join(sorted(symbols - set(allowed_elements)))
+        trained = " ".join(sorted(allowed_elements))
+        raise StructureError(
+            source, f"element(s) unknown to the model: {unseen}", f"the model was trained on: {trained}"
+        )
+    matrix = structure.lattice.matrix
+    if not (np.isfinite(matrix).all() and np.isfinite(structure.frac_coords).all()):
+        raise StructureError(source, "lattice or coordinates are not finite (NaN or inf)")
+    volume = abs(float(np.linalg.det(matrix)))
+    if volume < MIN_VOLUME:
+        raise StructureError(
+            source, f"degenerate cell: volume {volume:.3g} Å^3", "give three independent lattice vectors"
+        )
+    if volume / n < MIN_VOLUME_PER_ATOM:
+        reason = f"cell too small: {volume / n:.3g} Å^3 per atom (< {MIN_VOLUME_PER_ATOM})"
+        raise StructureError(source, reason, "check the lattice units are Å")
+    _check_overlaps(structure, source, min_distance)
+    return structure
+
+
+def _check_overlaps(structure: Structure, source: str, min_distance: float) -> None:
+    centre, neighbour, _, dist = structure.get_neighbor_list(min_distance)
+    close = dist < min_distance
+    if not close.any():
+        return
+    k = int(np.argmin(np.where(close, dist, np.inf)))
+    i, j, d = int(centre[k]), int(neighbour[k]), float(dist[k])
+    si, sj = structure[i].specie.symbol, structure[j].specie.symbol
+    pair = f"site {i} ({si}) and its own periodic image" if i == j else f"sites {i} ({si}) and {j} ({sj})"
+    raise StructureError(
+        source,
+        f"overlapping atoms: {pair} are {d:.3f} Å apart (< {min_distance} Å)",
+        "remove duplicate sites or fix the coordinates",
+    )
+
+
+def read_structure(
+    obj: Any,
+    source: str | None = None,
+    *,
+    min_distance: float = 0.5,
+    allowed_elements: set[str] | None = None,
+) -> Structure:
+    """Read ``obj`` (``Structure``, ASE ``Atoms`` or a path) into a checked pymatgen ``Structure``.
+
+    Parameters
+    ----------
+    obj : Structure | ase.Atoms | str | pathlib.Path
+        In-memory structure or a file; the format follows the name: ``.cif``; ``POSCAR``/``CONTCAR`` in the
+        name or ``.vasp``/``.poscar``; ``.xyz``/``.extxyz`` (one frame, with a ``Lattice``); ``.json``
+        (``Structure.as_dict``). Other names are tried with pymatgen, then ASE. ``.gz``/``.bz2``/``.xz``
+        compression is accepted.
+    source : str, optional
+        Name used in error messages; defaults to the path, or ``"<structure>"``.
+    min_distance, allowed_elements
+        Passed to :func:`check_structure`.
+
+    Raises
+    ------
+    StructureError
+        For anything unreadable or unusable, never a pymatgen/ASE exception.
+
+    """
+    from ase import Atoms
+
+    if isinstance(obj, IStructure):
+        source = source or "<structure>"
+        structure = obj if isinstance(obj, Structure) else Structure.from_sites(obj)
+    elif isinstance(obj, Atoms):
+        source = source or "<atoms>"
+        structure = _from_atoms(obj, source)
+    elif isinstance(obj, str | Path):
+        source = source or str(obj)
+        structure = _read_file(Path(obj), source)
+    else:
+        raise StructureError(
+            source or "<input>",
+            f"cannot read a {type(obj).__name__}",
+            "pass a pymatgen Structure, an ASE Atoms or a file path",
+        )
+    return check_structure(structure, source, min_distance, allowed_elements)
+
+
+def _from_atoms(atoms: Any, source: str) -> Structure:
+    from pymatgen.io.ase import AseAtomsAdaptor
+
+    cell = np.asarray(atoms.cell.array, dtype=float)
+    if not any(atoms.pbc) or abs(np.linalg.det(cell)) < MIN_VOLUME:
+        raise StructureError(
+            source,
+            "no periodic cell: crystal models need a lattice",
+            'set a cell and pbc (extxyz: a Lattice="..." key in the comment line)',
+        )
+    try:
+        return AseAtomsAdaptor.get_structure(atoms)
+    except Exception as err:
+        raise StructureError(source, f"cannot convert ASE Atoms: {err}") from err
+
+
+def _read_text(path: Path, source: str) -> str:
+    from monty.io import zopen
+
+    with zopen(path, "rb") as handle:
+        raw = handle.read()
+    if not raw.strip():
+        raise StructureError(source, "empty file")
+    if b"\x00" in raw[:4096]:
+        raise StructureError(source, "binary content, not a text structure file", f"supported: {SUPPORTED}")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise StructureError(
+            source, "binary content, not a text structure file", f"supported: {SUPPORTED}"
+        ) from err
+
+
+def _read_file(path: Path, source: str) -> Structure:
+    if not path.exists():
+        raise StructureError(source, "no such file")
+    if path.is_dir():
+        raise StructureError(source, "is a directory", "pass its files, or use sciml.data.iter_structures")
+    text = _read_text(path, source)
+    name = path.name[: -len(path.suffix)] if path.suffix.lower() in COMPRESSED else path.name
+    suffix = Path(name).suffix.lower()
+    try:
+        if suffix == ".cif":
+            return parse_cif_string(text, source)
+        if "POSCAR" in name.upper() or "CONTCAR" in name.upper() or suffix in (".vasp", ".poscar"):
+            return _parse_poscar(text, source)
+        if suffix in (".xyz", ".extxyz"):
+            return _read_extxyz(path, source)
+        if suffix == ".json":
+            return _parse_json(text, source)
+        return _read_unknown(path, source)
+    except StructureError:
+        raise
+    except Exception as err:  # a reader failed in a way not caught below: still one line
+        raise StructureError(source, f"cannot read: {type(err).__name__}: {err}"[:200]) from err
+
+
+def _parse_poscar(text: str, source: str) -> Structure:
+    from pymatgen.io.vasp import Poscar
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return Poscar.from_str(text).structure
+    except Exception as err:
+        raise StructureError(
+            source,
+            f"not a valid POSCAR: {type(err).__name__}: {err}"[:200],
+            "check the VASP 5 layout: comment, scale, lattice, symbols, counts",
+        ) from err
+
+
+def _read_extxyz(path: Path, source: str) -> Structure:
+    import ase.io
+
+    try:
+        frames = ase.io.read(path, index=":", format="extxyz")
+    except Exception as err:
+        raise StructureError(source, f"not a valid extxyz file: {type(err).__name__}: {err}"[:200]) from err
+    if len(frames) != 1:
+        raise StructureError(
+            source,
+            f"file holds {len(frames)} frames, expected one",
+            "split it, or pass ase.io.read(path, ':') frames to iter_structures",
+        )
+    return _from_atoms(frames[0], source)
+
+
+def _parse_json(text: str, source: str) -> Structure:
+    try:
+        data = json.loads(text)
+        return Structure.from_dict(data)
+    except Exception as err:
+        raise StructureError(
+            source,
+            f"not a pymatgen Structure JSON: {type(err).__name__}: {err}"[:200],
+            "write it with json.dump(structure.as_dict(), f)",
+        ) from err
+
+
+def _read_unknown(path: Path, source: str) -> Structure:
+    import ase.io
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return Structure.from_file(path)
+        except Exception:  # not pymatgen's: try ASE's readers next
+            pass
+        try:
+            atoms = ase.io.read(path)
+        except Exception as err:
+            fix = f"supported: {SUPPORTED}"
+            raise StructureError(source, "not a recognised structure file", fix) from err
+    return _from_atoms(atoms, source)

@@ -1,0 +1,98 @@
+"""``export``: turn a Lightning checkpoint into a calibrated, self-describing artifact (DESIGN §4)."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import torch
+import yaml
+
+from sciml.data.crystal import file_sha256
+from sciml.io.artifact import ArtifactError, save_artifact
+from sciml.models.crystal import CrystalRegressor
+from sciml.tasks import DATAMODULES
+from sciml.uq import SplitConformal, coverage
+from sciml.uq.callback import collect_predictions
+
+
+def load_lightning_checkpoint(path: str | Path) -> dict:
+    """Load a ``.ckpt`` with ``weights_only=True`` (never runs code hidden in the file)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such checkpoint file")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise ArtifactError(f"{path}: refused to load, the checkpoint contains objects other than tensors and "
+                            f"plain data ({str(err).splitlines()[0][:120]}); only load checkpoints you trust "
+                            "with trusted tools") from None
+    except (RuntimeError, EOFError, OSError) as err:
+        raise ArtifactError(f"{path}: corrupted or truncated checkpoint ({str(err).splitlines()[0]})") from None
+
+
+def find_run_config(ckpt: Path) -> dict:
+    """The ``config.yaml`` a run wrote next to its ``checkpoints/`` folder."""
+    for folder in (ckpt.parent, ckpt.parent.parent):
+        if (folder / "config.yaml").is_file():
+            return yaml.safe_load((folder / "config.yaml").read_text())
+    raise FileNotFoundError(f"{ckpt}: no config.yaml in the run folder; pass --config")
+
+
+def model_card(name: str, cfg: dict, metrics: dict, sizes: dict, alpha: float) -> str:
+    """Markdown model card: data, split, metrics, intended use, limits."""
+    t = cfg["module"]["target"]
+    lines = [f"# {name}", "", f"Crystal property model (`{cfg['module']['network']['name']}`) predicting "
+             f"`{t['name']}` in {t['unit'] or 'the dataset unit'} ({'extensive' if t['extensive'] else 'intensive'}).",
+             "", "## Data", f"- source: `{cfg['data']['path']}` (sha256 `{metrics['data_sha256'][:16]}…`)",
+             f"- seeded split {sizes} (seed {cfg['data'].get('split', {}).get('seed')})", "",
+             "## Metrics on the test split",
+             f"- MAE: {metrics['test_mae']:.4f} {t['unit']}",
+             f"- {100 * (1 - alpha):.0f}% conformal interval: coverage {metrics['test_coverage']:.3f}, "
+             f"mean width {metrics['test_width']:.4f} {t['unit']}", "",
+             "## Intended use and limits",
+             f"- Elements seen in training only: {', '.join(cfg['module']['elements'])}.",
+             "- Intervals are split-conformal: marginal coverage ≥ 1−α for structures exchangeable with the "
+             "training distribution; no guarantee under distribution shift (other structure families).",
+             f"- Graph settings are frozen: {cfg['module']['graph']}.", ""]
+    return "\n".join(lines)
+
+
+def export(ckpt: str | Path, output: str | Path, calibrate: bool = True, alpha: float = 0.1,
+           config: dict | None = None, score: str | None = None) -> dict:
+    """Export the checkpoint ``ckpt`` to the artifact folder ``output``; return the measured metrics."""
+    ckpt = Path(ckpt)
+    state = load_lightning_checkpoint(ckpt)
+    cfg = config or find_run_config(ckpt)
+    if cfg.get("task") != "crystal":
+        raise ValueError(f"export supports task 'crystal' for now, config says {cfg.get('task')!r}")
+    hparams = dict(state["hyper_parameters"])
+    module = CrystalRegressor(**hparams)
+    module.load_state_dict(state["state_dict"], strict=True)
+    dm = DATAMODULES["crystal"](cfg, None)
+    score = score or cfg.get("calibration", {}).get("score", "absolute")
+    mean, sigma, y = collect_predictions(module, dm.test_dataloader())
+    metrics = {"test_mae": float((mean - y).abs().mean()), "data_sha256": file_sha256(cfg["data"]["path"])}
+    calibrator = None
+    if calibrate:
+        cal = SplitConformal(score=score, alpha=alpha)
+        cal.fit_predictions(*_pair(collect_predictions(module, dm.calib_dataloader())))
+        interval = cal.predict_set(mean.double(), sigma=sigma.double(), alpha=alpha)
+        metrics |= {"test_coverage": float(coverage(interval, y.double())),
+                    "test_width": float((interval.upper - interval.lower).mean()), "alpha": alpha,
+                    "n_calib": int(cal.n_calib)}
+        calibrator = cal.to_dict()
+    art_cfg = {"task": "crystal", "module": hparams, "data": cfg["data"]}
+    metadata = {"task": "crystal", "target": {k: hparams["target"][k] for k in ("name", "unit", "extensive")},
+                "elements": hparams["elements"], "graph": hparams["graph"], "split_sizes": dm.split_sizes(),
+                "metrics": metrics, "source_checkpoint": ckpt.name}
+    card = model_card(Path(output).name, art_cfg, metrics | {"test_coverage": metrics.get("test_coverage", float("nan")),
+                      "test_width": metrics.get("test_width", float("nan"))}, dm.split_sizes(), alpha)
+    save_artifact(output, config=art_cfg, state_dict=module.state_dict(), metadata=metadata,
+                  calibrator=calibrator, card=card)
+    return metrics
+
+
+def _pair(collected):
+    mean, sigma, y = collected
+    return mean.double(), y.double(), sigma.double()

@@ -1,0 +1,1 @@
+"""Artifacts and atomic file writing."""

@@ -1,0 +1,1 @@
+"""Lightning task modules (thin: loss, metrics, optimiser, predict_step)."""

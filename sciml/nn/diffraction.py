@@ -1,0 +1,106 @@
+"""Reciprocal-space (diffraction) branch with learnable per-atom scattering factors.
+
+Implements the diffraction half of PRDNet (ICLR 2026, see ``refs/CRYSTAL.md``) with a Cromer–Mann form for
+the learned "pseudo-particle" scattering factor.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from sciml import keys
+from sciml.nn.radial import CosineCutoff, GaussianBasis
+
+
+def reflection_atom_pairs(n_refl: torch.Tensor, n_atoms: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """All (reflection, atom) pairs that belong to the same structure, without padding.
+
+    Parameters
+    ----------
+    n_refl, n_atoms : torch.Tensor
+        ``(n_graphs,)`` reflections and atoms per structure.
+
+    Returns
+    -------
+    refl_graph : (n_refl_total,) structure index of each reflection.
+    pair_refl, pair_atom : (n_pairs,) reflection and atom index of each pair, ``n_pairs = Σ_b R_b N_b``.
+    """
+    graphs = torch.arange(len(n_refl), device=n_refl.device)
+    refl_graph = torch.repeat_interleave(graphs, n_refl)
+    atom_ptr = torch.cumsum(n_atoms, 0) - n_atoms
+    counts = n_atoms[refl_graph]
+    pair_refl = torch.repeat_interleave(torch.arange(len(refl_graph), device=n_refl.device), counts)
+    start = torch.cumsum(counts, 0) - counts
+    local = torch.arange(int(counts.sum()), device=n_refl.device) - torch.repeat_interleave(start, counts)
+    pair_atom = torch.repeat_interleave(atom_ptr[refl_graph], counts) + local
+    return refl_graph, pair_refl, pair_atom
+
+
+class DiffractionBranch(nn.Module):
+    """Powder-diffraction fingerprint from learned scattering factors.
+
+    For each structure with lattice ``L`` (rows, Å), fractional coordinates ``x_j = r_j L⁻¹`` and the
+    reflections ``G = (h, k, l) B`` with ``B = 2π L⁻ᵀ`` and ``0 < |G| ≤ g_max``:
+
+    - scattering factor (Cromer–Mann form, ``s = |G| / 4π``):
+      ``f_j(s) = Σ_m a_jm exp(-b_jm s²) + c_j`` with ``(a_j, b_j, c_j) = MLP(h_j)``, ``b_jm > 0``;
+    - structure factor ``F(G) = Σ_j f_j(|G|) exp(2πi (h,k,l)·x_j)``;
+    - pattern ``P_k = (2π)³ / (N V) Σ_G w(|G|) |F(G)|² φ_k(|G|)`` with a cosine envelope ``w`` and
+      Gaussian bins ``φ_k`` over |G|.
+
+    ``|F|²`` is unchanged by a shift of the origin; a pattern over |G| is unchanged by rotation and atom
+    order; the ``1/(N V)`` factor makes it identical for a cell and any supercell of it (the extra
+    reflections of a supercell have ``F = 0``, the shared ones ``|F|²`` scaled by the square of the
+    multiplicity). Smooth bins and envelope keep all of this exact up to rounding.
+
+    Parameters
+    ----------
+    dim : int
+        Width of the atom features ``h_j`` and of the output embedding.
+    g_max : float
+        Largest |G|, Å⁻¹ (must equal the value used to select the reflections).
+    n_bins : int
+        Number of Gaussian bins over |G|.
+    n_gauss : int
+        Number of Gaussians ``m`` in the scattering factor.
+    """
+
+    def __init__(self, dim: int, g_max: float, n_bins: int = 32, n_gauss: int = 4) -> None:
+        super().__init__()
+        self.n_gauss = n_gauss
+        self.coeff = nn.Sequential(nn.Linear(dim, dim), nn.SiLU(), nn.Linear(dim, 2 * n_gauss + 1))
+        self.bins = GaussianBasis(0.0, g_max, n_bins)
+        self.envelope = CosineCutoff(g_max)
+        self.out = nn.Sequential(nn.LayerNorm(n_bins), nn.Linear(n_bins, dim), nn.SiLU(), nn.Linear(dim, dim))
+
+    def pattern(self, h: torch.Tensor, batch) -> torch.Tensor:
+        """Binned intensities ``P`` of shape ``(n_graphs, n_bins)`` (before the log)."""
+        pos, cell = batch[keys.POS], batch[keys.CELL]
+        n_atoms, n_refl = batch[keys.N_ATOMS], batch[keys.N_REFL]
+        inv_cell = torch.linalg.inv(cell)  # (B, 3, 3)
+        frac = torch.einsum("nc,ncd->nd", pos, inv_cell[batch[keys.BATCH]])
+        refl_graph, pair_refl, pair_atom = reflection_atom_pairs(n_refl, n_atoms)
+        hkl = batch[keys.HKL].to(pos.dtype)
+        g_vec = 2 * math.pi * torch.einsum("rc,rdc->rd", hkl, inv_cell[refl_graph])
+        g = torch.linalg.vector_norm(g_vec, dim=-1)  # (R,), Å⁻¹
+
+        a, b, c = self.coeff(h).split([self.n_gauss, self.n_gauss, 1], dim=-1)
+        b = nn.functional.softplus(b)
+        s2 = (g[pair_refl] / (4 * math.pi)) ** 2
+        f = (a[pair_atom] * torch.exp(-b[pair_atom] * s2.unsqueeze(-1))).sum(-1) + c[pair_atom, 0]
+        phase = 2 * math.pi * (hkl[pair_refl] * frac[pair_atom]).sum(-1)
+        n_r = len(g)
+        re = torch.zeros(n_r, dtype=f.dtype, device=f.device).index_add_(0, pair_refl, f * torch.cos(phase))
+        im = torch.zeros(n_r, dtype=f.dtype, device=f.device).index_add_(0, pair_refl, f * torch.sin(phase))
+        weighted = ((re**2 + im**2) * self.envelope(g)).unsqueeze(-1) * self.bins(g)  # (R, K)
+        sums = torch.zeros(len(n_refl), weighted.shape[-1], dtype=f.dtype, device=f.device)
+        sums = sums.index_add_(0, refl_graph, weighted)
+        volume = torch.linalg.det(cell).abs()
+        return sums * (2 * math.pi) ** 3 / (n_atoms.to(f.dtype) * volume).unsqueeze(-1)
+
+    def forward(self, h: torch.Tensor, batch) -> torch.Tensor:
+        """Embed the pattern: ``(n_atoms, dim)`` atom features → ``(n_graphs, dim)``."""
+        return self.out(torch.log1p(self.pattern(h, batch)))
