@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Iterable, Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +77,7 @@ def _read(obj: Any, source: str, check: dict[str, Any]) -> Item:
 
 def _expand_path(path: Path, check: dict[str, Any]) -> Iterator[Item]:
     if path.is_dir() and (path / ID_PROP).is_file():
-        for file, _ in _id_prop_rows(path):
+        for _, file, _ in _id_prop_rows(path):
             if file.is_file():
                 yield _read(file, str(file), check)
             else:
@@ -103,8 +104,8 @@ def _read_cif(text: str, source: str, check: dict[str, Any]) -> Item:
         return source, err
 
 
-def _id_prop_rows(folder: Path) -> Iterator[tuple[Path, list[str]]]:
-    """Yield ``(structure file, other columns)`` per non-empty ``id_prop.csv`` row (no header row)."""
+def _id_prop_rows(folder: Path) -> Iterator[tuple[str, Path, list[str]]]:
+    """Yield ``(id as written, structure file, other columns)`` per non-empty ``id_prop.csv`` row."""
     with open(folder / ID_PROP, newline="") as handle:
         for row in csv.reader(handle):
             if not row or not row[0].strip():
@@ -113,7 +114,7 @@ def _id_prop_rows(folder: Path) -> Iterator[tuple[Path, list[str]]]:
             file = folder / name
             if not file.is_file() and (folder / f"{name}.cif").is_file():
                 file = folder / f"{name}.cif"
-            yield file, row[1:]
+            yield name, file, row[1:]
 
 
 def _csv_header(path: Path) -> list[str]:
@@ -136,11 +137,12 @@ def _csv_rows(path: Path, header: list[str], extra: tuple[str, ...] = ()) -> Ite
     id_column = next((c for c in ID_COLUMNS if c in header), None)
     usecols = list(dict.fromkeys([CIF_COLUMN, *extra, *([id_column] if id_column else [])]))
     row = 0
-    for chunk in pd.read_csv(path, usecols=usecols, chunksize=CSV_CHUNK, dtype=object):
-        ids = chunk[id_column] if id_column else [None] * len(chunk)
-        for text, ident, *rest in zip(chunk[CIF_COLUMN], ids, *(chunk[c] for c in extra), strict=True):
-            yield _format_id(ident, row), text if isinstance(text, str) else "", rest
-            row += 1
+    with pd.read_csv(path, usecols=usecols, chunksize=CSV_CHUNK, dtype=object) as reader:
+        for chunk in reader:
+            ids = chunk[id_column] if id_column else [None] * len(chunk)
+            for text, ident, *rest in zip(chunk[CIF_COLUMN], ids, *(chunk[c] for c in extra), strict=True):
+                yield _format_id(ident, row), text if isinstance(text, str) else "", rest
+                row += 1
 
 
 def _format_id(ident: Any, row: int) -> str:
@@ -179,18 +181,20 @@ def read_labelled(path: str | Path, target: str | None = None) -> pd.DataFrame:
     path = Path(path)
     if path.is_dir() and (path / ID_PROP).is_file():
         rows = []
-        for file, rest in _id_prop_rows(path):
-            y = _target_value(rest[0] if rest else None, f"{path / ID_PROP}: row {file.name!r}")
-            rows.append((file.name, read_structure(file, str(file)), y))
+        for name, file, rest in _id_prop_rows(path):
+            y = _target_value(rest[0] if rest else None, f"{path / ID_PROP}: row {name!r}")
+            rows.append((name, read_structure(file, str(file)), y))
     elif path.is_file() and path.suffix.lower() == ".csv":
         header = _csv_header(path)
         if target is None or target not in header:
             raise ValueError(f"{path}: target column {target!r} not found; columns: {', '.join(header)}")
         rows = []
-        for ident, text, (value,) in _csv_rows(path, header, (target,)):
-            source = f"{path}:{ident}"
-            structure = read_structure(parse_cif_string(text, source), source)
-            rows.append((ident, structure, _target_value(value, f"{source}: {target}")))
+        stream = _csv_rows(path, header, (target,))
+        with closing(stream):  # close the CSV even when a row raises
+            for ident, text, (value,) in stream:
+                source = f"{path}:{ident}"
+                structure = read_structure(parse_cif_string(text, source), source)
+                rows.append((ident, structure, _target_value(value, f"{source}: {target}")))
     else:
         raise ValueError(
             f"{path}: expected a folder with {ID_PROP} or a .csv file with a '{CIF_COLUMN}' column"
