@@ -8,29 +8,45 @@ from itertools import islice
 
 import pandas as pd
 import torch
+from pymatgen.core import Element
 from torch_geometric.data import Batch
 from tqdm.auto import tqdm
 
 from sciml.crystal.model import DEFAULT_MODEL, CrystalPredictor, load_model
+from sciml.data.elements import MAX_Z
 from sciml.data.graphs import structure_to_graph
 from sciml.data.sources import iter_structures
-from sciml.data.structures import StructureError, check_structure
+from sciml.data.structures import StructureError
 
 
 def columns(target: str) -> list[str]:
     """CSV columns of ``crystal predict`` (DESIGN §2), plus ``error``."""
-    return ["source", "formula", "n_atoms", target, f"{target}_lower", f"{target}_upper", "alpha", "error"]
+    return ["source", "formula", "n_atoms", target, f"{target}_lower", f"{target}_upper", "alpha", "note", "error"]
+
+
+def unseen_note(structure, predictor: CrystalPredictor) -> str:
+    """Flag elements outside the training vocabulary; raise for elements outside the descriptor table."""
+    symbols = sorted({el.symbol for el in structure.composition.elements})
+    beyond = [s for s in symbols if Element(s).Z > MAX_Z]
+    if beyond:
+        raise StructureError("", f"unsupported element(s) {', '.join(beyond)}: the element table covers H..Lr "
+                             f"(Z <= {MAX_Z})", "remove these atoms or use another model")
+    unseen = [s for s in symbols if s not in predictor.elements]
+    if not unseen:
+        return ""
+    return (f"elements not seen in training: {' '.join(unseen)} (descriptor-only embedding; extrapolation, "
+            "the interval has no guarantee here)")
 
 
 def _featurise(items, predictor: CrystalPredictor):
-    """Split ``(source, structure|error)`` items into graphs to run and error rows."""
+    """Split checked ``(source, structure|error)`` items into graphs to run and error rows."""
     good, errors = [], {}
     for k, (source, item) in enumerate(items):
         try:
             if isinstance(item, Exception):
                 raise item
-            check_structure(item, source, allowed_elements=predictor.elements)
-            good.append((k, source, item, structure_to_graph(item, predictor.graph, source)))
+            note = unseen_note(item, predictor)
+            good.append((k, source, item, note, structure_to_graph(item, predictor.graph, source)))
         except StructureError as err:
             errors[k] = {"source": source, "error": err.reason + (f" (fix: {err.fix})" if err.fix else "")}
     return good, errors
@@ -45,10 +61,10 @@ def _predict_batch(good, predictor: CrystalPredictor, alpha: float | None) -> di
         interval = predictor.calibrator.predict_set(pred.mean.double(), sigma=pred.sigma.double(), alpha=alpha)
         lower, upper = interval.lower, interval.upper
     rows = {}
-    for i, (k, source, structure, _) in enumerate(good):
+    for i, (k, source, structure, note, _) in enumerate(good):
         rows[k] = {"source": source, "formula": structure.composition.reduced_formula, "n_atoms": len(structure),
                      target: float(pred.mean[i]), f"{target}_lower": float(lower[i]),
-                   f"{target}_upper": float(upper[i]), "alpha": alpha, "error": ""}
+                   f"{target}_upper": float(upper[i]), "alpha": alpha, "note": note, "error": ""}
     return rows
 
 

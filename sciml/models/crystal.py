@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import lightning as L
 import torch
+from pymatgen.core import Element
 from torch import nn
 
 from sciml import keys
@@ -29,7 +30,7 @@ class CrystalRegressor(L.LightningModule):
     target : dict
         ``name``, ``unit``, ``extensive``, ``mean``, ``std`` (statistics of the training split).
     elements : list of str
-        Elements seen in training; others are refused at predict time.
+        Elements seen in training; others are predicted from their descriptors only and flagged.
     optim : dict
         ``lr``, ``weight_decay``, ``loss`` (l1, mse, huber), ``scheduler`` (``cosine`` or ``none``).
     """
@@ -43,6 +44,7 @@ class CrystalRegressor(L.LightningModule):
         if network["name"] not in NETWORKS:
             raise ValueError(f"unknown network {network['name']!r}; known: {sorted(NETWORKS)}")
         self.net = NETWORKS[network["name"]](cutoff=self.graph.cutoff, g_max=self.graph.g_max, **kwargs)
+        self.net.encoder.restrict_to([Element(e).Z for e in elements])
         self.optim = {"lr": 1e-3, "weight_decay": 1e-5, "loss": "l1", "scheduler": "cosine"} | (optim or {})
         self.loss_fn = LOSSES[self.optim["loss"]]
 

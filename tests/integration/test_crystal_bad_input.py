@@ -14,7 +14,9 @@ from .conftest import ROOT
 
 GOOD = ROOT / "examples" / "structures" / "SrTiO3.cif"
 MALFORMED = "data_x\n_cell_length_a 3.9\nloop_\n_atom_site_label\n  this is not a cif\n"
-UNKNOWN = GOOD.read_text().replace("Sr", "U")
+UNKNOWN = GOOD.read_text().replace("Sr", "Xx")
+UNSUPPORTED = GOOD.read_text().replace("Sr", "Og")  # Z = 118, outside the element table
+UNSEEN = GOOD.read_text().replace("Sr", "U")  # a real element absent from the training data
 OVERLAP = """overlap
 1.0
 3.9 0 0
@@ -36,7 +38,9 @@ def mixed_folder(tmp_path):
     (folder / "b_malformed.cif").write_text(MALFORMED)
     (folder / "c_empty.cif").write_text("")
     (folder / "d_unknown_element.cif").write_text(UNKNOWN)
+    (folder / "d_unsupported_element.cif").write_text(UNSUPPORTED)
     (folder / "e_overlap.vasp").write_text(OVERLAP)
+    (folder / "i_unseen_element.cif").write_text(UNSEEN)
     (folder / "f_notes.txt").write_text("these are my notes, not a structure\n")
     (folder / "g_binary.cif").write_bytes(bytes(range(256)) * 4)
     shutil.copy(ROOT / "examples" / "structures" / "BaZrO3.vasp", folder / "h_good.vasp")
@@ -50,7 +54,9 @@ def test_bad_files_get_error_rows(tiny_run, mixed_folder, tmp_path):
     df = pd.read_csv(out, comment="#").set_index(pd.read_csv(out, comment="#")["source"].map(lambda s: s.split("/")[-1]))
     assert df.loc["a_good.cif", "error"] != df.loc["a_good.cif", "error"]  # NaN: no error
     assert pd.notna(df.loc["a_good.cif", "heat_all"]) and pd.notna(df.loc["h_good.vasp", "heat_all"])
-    expect = {"b_malformed.cif": "", "c_empty.cif": "empty", "d_unknown_element.cif": "U",
+    assert pd.notna(df.loc["i_unseen_element.cif", "heat_all"]) and "U" in df.loc["i_unseen_element.cif", "note"]
+    expect = {"b_malformed.cif": "", "c_empty.cif": "empty", "d_unknown_element.cif": "Xx",
+              "d_unsupported_element.cif": "Og",
               "e_overlap.vasp": "Å", "f_notes.txt": "", "g_binary.cif": ""}
     for name, fragment in expect.items():
         reason = df.loc[name, "error"]

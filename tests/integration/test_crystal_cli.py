@@ -48,7 +48,7 @@ def test_predict_examples_cli(tiny_run, tmp_path, capsys):
     assert main(["crystal", "predict", "--model", str(tiny_run["artifact"]), str(EXAMPLES), "--output", str(out)]) == 0
     df = read_preds(out)
     assert list(df.columns) == ["source", "formula", "n_atoms", "heat_all", "heat_all_lower", "heat_all_upper",
-                                "alpha", "error"]
+                                "alpha", "note", "error"]
     assert len(df) == len(list(EXAMPLES.iterdir())) and df["error"].isna().all()
     assert (df["heat_all_lower"] <= df["heat_all"]).all() and (df["heat_all"] <= df["heat_all_upper"]).all()
     assert "eV/cell" in out.read_text().splitlines()[0]
