@@ -1,0 +1,65 @@
+"""Atomic writes and artifact verification."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from sciml.io.artifact import ArtifactError, load_artifact, save_artifact
+from sciml.io.atomic import atomic_directory, atomic_open, atomic_write_text
+
+
+def test_failed_write_keeps_previous_file(tmp_path):
+    path = tmp_path / "out.csv"
+    atomic_write_text(path, "old\n")
+    with pytest.raises(RuntimeError), atomic_open(path) as handle:
+        handle.write("partial")
+        raise RuntimeError("killed mid-write")
+    assert path.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.csv"]
+
+
+def test_failed_directory_keeps_previous_folder(tmp_path):
+    target = tmp_path / "model"
+    with atomic_directory(target) as tmp:
+        (tmp / "a.txt").write_text("v1")
+    with pytest.raises(RuntimeError), atomic_directory(target) as tmp:
+        (tmp / "a.txt").write_text("v2")
+        raise RuntimeError("crash")
+    assert (target / "a.txt").read_text() == "v1"
+    with atomic_directory(target) as tmp:
+        (tmp / "a.txt").write_text("v3")
+    assert (target / "a.txt").read_text() == "v3"
+
+
+def make_artifact(path):
+    state = {"w": torch.arange(6.0).reshape(2, 3)}
+    return save_artifact(path, config={"task": "toy"}, state_dict=state, metadata={"note": "x"},
+                         calibrator={"method": "split"}, card="# toy\n")
+
+
+def test_artifact_round_trip(tmp_path):
+    art = load_artifact(make_artifact(tmp_path / "a"))
+    assert torch.equal(art.state_dict["w"], torch.arange(6.0).reshape(2, 3))
+    assert art.config == {"task": "toy"} and art.metadata["format_version"] == 1
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "version", "missing"])
+def test_damaged_artifacts_give_one_line_errors(tmp_path, damage):
+    path = make_artifact(tmp_path / "a")
+    weights, meta = path / "weights.safetensors", path / "metadata.json"
+    if damage == "truncate":
+        weights.write_bytes(weights.read_bytes()[:40])
+    elif damage == "flip":
+        data = bytearray(weights.read_bytes())
+        data[-1] ^= 0xFF
+        weights.write_bytes(bytes(data))
+    elif damage == "version":
+        meta.write_text(json.dumps(json.loads(meta.read_text()) | {"format_version": 99}))
+    else:
+        weights.unlink()
+    with pytest.raises(ArtifactError) as err:
+        load_artifact(path)
+    assert "\n" not in str(err.value) and str(path) in str(err.value)
