@@ -1,4 +1,8 @@
-"""Evaluation metrics for prediction sets: coverage, width and the interval (Winkler) score."""
+"""Evaluation metrics for prediction sets: coverage, size and the interval (Winkler) score.
+
+Coverage comes marginal, per group (worst group), and for online methods long-run and rolling. Every metric
+accepts any :class:`~sciml.uq.sets.PredictionSet` unless stated.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,16 @@ from torch import Tensor
 from .quantile import check_alpha
 from .sets import Interval, PredictionSet
 
-__all__ = ["coverage", "mean_width", "winkler_score"]
+__all__ = [
+    "coverage",
+    "group_coverage",
+    "long_run_coverage",
+    "mean_width",
+    "rolling_coverage",
+    "set_size",
+    "winkler_score",
+    "worst_group_coverage",
+]
 
 
 def _float_dtype(y: Tensor) -> torch.dtype:
@@ -38,15 +51,82 @@ def coverage(pset: PredictionSet, y: Tensor) -> Tensor:
     return hit.to(_float_dtype(y)).mean()
 
 
-def mean_width(interval: PredictionSet) -> Tensor:
-    """Mean set size ``(1/m) Σ_i |C(x_i)|``; for an interval the mean width ``upper - lower``.
+def set_size(pset: PredictionSet) -> Tensor:
+    """Mean set size ``(1/m) Σ_i |C(x_i)|`` of ``pset.size()``, 0-dim.
 
-    Returns ``+inf`` if any set is unbounded.
+    The size is the set's own: cardinality for a :class:`~sciml.uq.sets.LabelSet`, width for an
+    :class:`~sciml.uq.sets.Interval`, log-volume for a :class:`~sciml.uq.sets.Box`. ``+inf`` if any set is
+    unbounded.
     """
-    size = interval.size()
+    size = pset.size()
     if size.numel() == 0:
-        raise ValueError("mean width of an empty set is undefined")
+        raise ValueError("mean size of an empty batch of sets is undefined")
     return size.mean()
+
+
+def mean_width(interval: PredictionSet) -> Tensor:
+    """Mean width ``(1/m) Σ_i (u_i - l_i)`` of an interval; :func:`set_size` under its interval name."""
+    return set_size(interval)
+
+
+def group_coverage(pset: PredictionSet, y: Tensor, groups: Tensor) -> tuple[Tensor, Tensor]:
+    """Coverage inside each group, ``cov_g = mean_{i : g_i = g} 1[y_i ∈ C(x_i)]``.
+
+    Parameters
+    ----------
+    pset : PredictionSet
+        Sets for ``m`` examples; ``contains(y)`` has shape ``(m, ...)`` (trailing entries are averaged).
+    y : torch.Tensor
+        Targets, the shape the set expects.
+    groups : torch.Tensor
+        Integer group label of each example, shape ``(m,)``.
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        ``(ids, cov)``: the sorted distinct groups, shape ``(G,)``, and their coverages, shape ``(G,)``.
+
+    """
+    hit = pset.contains(y)
+    if groups.dim() != 1 or groups.is_floating_point() or hit.dim() == 0 or hit.shape[0] != groups.numel():
+        raise ValueError(
+            f"groups must be integer labels of shape (m,), one per set; got {tuple(groups.shape)}"
+        )
+    if groups.numel() == 0:
+        raise ValueError("group coverage of an empty set of targets is undefined")
+    hit = hit.reshape(groups.numel(), -1).to(_float_dtype(y)).mean(-1)
+    ids, inverse, counts = torch.unique(groups, return_inverse=True, return_counts=True)
+    return ids, hit.new_zeros(ids.numel()).index_add_(0, inverse, hit) / counts
+
+
+def worst_group_coverage(pset: PredictionSet, y: Tensor, groups: Tensor) -> Tensor:
+    """Smallest per-group coverage ``min_g cov_g`` (see :func:`group_coverage`), 0-dim."""
+    return group_coverage(pset, y, groups)[1].min()
+
+
+def _covered(covered: Tensor) -> Tensor:
+    if not isinstance(covered, Tensor) or covered.dim() != 1 or covered.numel() == 0:
+        raise ValueError("covered must be a non-empty 1-D tensor of shape (T,), one entry per time step")
+    return covered.to(torch.float64)
+
+
+def long_run_coverage(covered: Tensor) -> Tensor:
+    """Return the running coverage ``(1/t) Σ_{s <= t} 1[y_s ∈ C_s]`` for ``t = 1..T`` (online methods).
+
+    ``covered`` is a bool or 0/1 tensor of shape ``(T,)``; returns float64 ``(T,)``, the last entry being the
+    long-run coverage over the whole stream (``1 - `` the long-run miscoverage of Gibbs & Candès 2021).
+    """
+    hit = _covered(covered)
+    return hit.cumsum(0) / torch.arange(1, hit.numel() + 1, dtype=torch.float64, device=hit.device)
+
+
+def rolling_coverage(covered: Tensor, window: int) -> Tensor:
+    """Coverage over sliding windows, ``(1/w) Σ_{s=t-w+1}^{t} 1[y_s ∈ C_s]``, float64 ``(T - w + 1,)``."""
+    hit = _covered(covered)
+    if isinstance(window, bool) or not isinstance(window, int) or not 1 <= window <= hit.numel():
+        raise ValueError(f"window must be an integer in [1, {hit.numel()}], got {window!r}")
+    cum = torch.cat([hit.new_zeros(1), hit.cumsum(0)])
+    return (cum[window:] - cum[:-window]) / window
 
 
 def winkler_score(interval: Interval, y: Tensor, alpha: float) -> Tensor:

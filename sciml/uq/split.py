@@ -8,28 +8,18 @@ is ``{y : s(x, y) <= q}``. For exchangeable continuous scores the coverage given
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
-from numbers import Real
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from ._checks import check_calibrator_dict, check_scores, float_list, prepare_state_load
 from .quantile import check_alpha, conformal_quantile
-from .scores import SCORES
+from .scores import get_score
 from .sets import Interval
 
 __all__ = ["CALIBRATORS", "SplitConformal", "calibrator_from_dict"]
-
-
-def _check_scores(scores: Tensor) -> None:
-    if not isinstance(scores, Tensor) or scores.dim() != 1 or not scores.is_floating_point():
-        raise ValueError("calibration scores must be a 1-D floating tensor of shape (n,)")
-    if scores.numel() == 0:
-        raise ValueError("calibration scores are empty; fit needs at least one score")
-    if not torch.isfinite(scores).all():
-        raise ValueError("calibration scores must be finite (no NaN or inf)")
 
 
 class SplitConformal(nn.Module):
@@ -53,10 +43,8 @@ class SplitConformal(nn.Module):
 
     def __init__(self, score: str = "absolute", alpha: float = 0.1) -> None:
         super().__init__()
-        if not isinstance(score, str) or score not in SCORES:
-            raise ValueError(f"unknown score {score!r}; known scores: {sorted(SCORES)}")
+        self.score_fn = get_score(score)
         self.score_name = score
-        self.score_fn = SCORES[score]()
         self.alpha = check_alpha(alpha)
         self.register_buffer("scores", torch.empty(0))
 
@@ -67,7 +55,7 @@ class SplitConformal(nn.Module):
 
     def fit(self, scores: Tensor) -> SplitConformal:
         """Store the calibration scores, shape ``(n,)``, finite, sorted ascending; returns ``self``."""
-        _check_scores(scores)
+        check_scores(scores)
         self.scores = torch.sort(scores.detach()).values.to(self.scores.device)
         return self
 
@@ -89,19 +77,9 @@ class SplitConformal(nn.Module):
         """Alias of :meth:`predict_set`."""
         return self.predict_set(pred, sigma, alpha)
 
-    def _load_from_state_dict(
-        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
-    ) -> None:
-        # Resize the buffer to the incoming number of scores before the default strict copy.
-        incoming = state_dict.get(prefix + "scores")
-        if isinstance(incoming, Tensor):
-            if incoming.dim() != 1 or not torch.isfinite(incoming).all():
-                error_msgs.append(f"{prefix}scores must be a 1-D tensor of finite scores")
-                return
-            self.scores = torch.empty(incoming.shape, dtype=incoming.dtype, device=self.scores.device)
-        super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
-        )
+    def _load_from_state_dict(self, state_dict, prefix, *args) -> None:
+        if prepare_state_load(self, state_dict, prefix, ("scores",), args[-1]):  # args[-1]: error_msgs
+            super()._load_from_state_dict(state_dict, prefix, *args)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable ``{"method", "score", "alpha", "scores"}`` (scores as Python floats)."""
@@ -117,23 +95,8 @@ class SplitConformal(nn.Module):
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> SplitConformal:
         """Rebuild from :meth:`to_dict` output; scores are loaded as float64 (lossless)."""
-        if not isinstance(d, Mapping):
-            raise ValueError(f"calibrator dict must be a mapping, got {type(d).__name__}")
-        keys = {"method", "score", "alpha", "scores"}
-        if set(d) != keys:
-            raise ValueError(
-                f"split calibrator dict needs exactly the keys {sorted(keys)}; "
-                f"missing {sorted(keys - set(d))}, unexpected {sorted(set(d) - keys, key=str)}"
-            )
-        if d["method"] != cls.method:
-            raise ValueError(f"method must be {cls.method!r}, got {d['method']!r}")
-        raw = d["scores"]
-        if not isinstance(raw, list | tuple) or not all(
-            isinstance(s, Real) and not isinstance(s, bool) for s in raw
-        ):
-            raise ValueError("'scores' must be a list of numbers")
-        if not all(math.isfinite(s) for s in raw):
-            raise ValueError("'scores' must be finite (no NaN or inf)")
+        check_calibrator_dict(d, {"method", "score", "alpha", "scores"}, cls.method)
+        raw = float_list(d["scores"], "scores")
         return cls(score=d["score"], alpha=d["alpha"]).fit(torch.tensor(raw, dtype=torch.float64))
 
 
