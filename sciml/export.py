@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from math import nan
 from pathlib import Path
 
 import torch
@@ -48,8 +49,8 @@ def model_card(name: str, cfg: dict, metrics: dict, sizes: dict, alpha: float) -
              f"- seeded split {sizes} (seed {cfg['data'].get('split', {}).get('seed')})", "",
              "## Metrics on the test split",
              f"- MAE: {metrics['test_mae']:.4f} {t['unit']}",
-             f"- {100 * (1 - alpha):.0f}% conformal interval: coverage {metrics['test_coverage']:.3f}, "
-             f"mean width {metrics['test_width']:.4f} {t['unit']}", "",
+             f"- {100 * (1 - alpha):.0f}% conformal interval: coverage {metrics.get('test_coverage', nan):.3f}, "
+             f"mean width {metrics.get('test_width', nan):.4f} {t['unit']}", "",
              "## Intended use and limits",
              f"- Elements seen in training only: {', '.join(cfg['module']['elements'])}.",
              "- Intervals are split-conformal: marginal coverage ≥ 1−α for structures exchangeable with the "
@@ -86,8 +87,7 @@ def export(ckpt: str | Path, output: str | Path, calibrate: bool = True, alpha: 
     metadata = {"task": "crystal", "target": {k: hparams["target"][k] for k in ("name", "unit", "extensive")},
                 "elements": hparams["elements"], "graph": hparams["graph"], "split_sizes": dm.split_sizes(),
                 "metrics": metrics, "source_checkpoint": ckpt.name}
-    card = model_card(Path(output).name, art_cfg, metrics | {"test_coverage": metrics.get("test_coverage", float("nan")),
-                      "test_width": metrics.get("test_width", float("nan"))}, dm.split_sizes(), alpha)
+    card = model_card(Path(output).name, art_cfg, metrics, dm.split_sizes(), alpha)
     save_artifact(output, config=art_cfg, state_dict=module.state_dict(), metadata=metadata,
                   calibrator=calibrator, card=card)
     return metrics

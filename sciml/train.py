@@ -65,6 +65,7 @@ def train(cfg: dict, ckpt_path: str | None = None, test: bool = True) -> dict:
         directory when it exists, else start fresh).
     test : bool
         Evaluate the best checkpoint on the test split after fitting.
+
     """
     cfg = copy.deepcopy(cfg)
     run_dir = Path(cfg.get("run_dir", "runs/default"))

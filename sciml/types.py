@@ -25,6 +25,7 @@ class Prediction:
         Per-sample scale used by a normalised score, same shape as ``mean``.
     meta : dict
         Free-form extra information (units, target name, ...).
+
     """
 
     mean: torch.Tensor

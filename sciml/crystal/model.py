@@ -29,6 +29,7 @@ class CrystalPredictor:
         Fitted conformal calibrator (``None`` when the artifact was exported without ``--calibrate``).
     path : Path
         Artifact folder.
+
     """
 
     module: CrystalRegressor
@@ -61,6 +62,7 @@ def load_model(path: str | Path = DEFAULT_MODEL, graph: dict | GraphSettings | N
     ------
     ArtifactError
         Corrupted or incompatible artifact, a non-crystal artifact, or a graph-settings mismatch.
+
     """
     art = load_artifact(path)
     if art.config.get("task") != "crystal":

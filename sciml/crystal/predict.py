@@ -105,6 +105,7 @@ def predict(structures: Iterable, model: str | CrystalPredictor = DEFAULT_MODEL,
     -------
     pandas.DataFrame
         Columns ``source, formula, n_atoms, <target>, <target>_lower, <target>_upper, alpha, error``.
+
     """
     if isinstance(structures, (str, bytes)) or not isinstance(structures, Iterable):
         structures = [structures]

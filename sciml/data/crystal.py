@@ -50,6 +50,7 @@ class CrystalDataModule(L.LightningDataModule):
         Use only the first ``limit`` rows (for smoke tests).
     run_dir : str or None
         Where ``split.json`` is written.
+
     """
 
     def __init__(self, path: str, target: str, unit: str = "", extensive: bool = False,

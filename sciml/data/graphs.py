@@ -25,6 +25,7 @@ class GraphSettings:
         Keep the k nearest neighbours (plus ties), or all within ``cutoff`` when ``None``.
     g_max : float
         Keep reflections with ``0 < |G| ≤ g_max``, Å⁻¹ (``G`` includes the 2π).
+
     """
 
     cutoff: float = 8.0
@@ -68,6 +69,7 @@ def structure_to_graph(structure, settings: GraphSettings, source: str = "<struc
     ------
     StructureError
         If an atom has no neighbour within the cutoff.
+
     """
     edge_index, shifts = neighbor_list(structure, settings.cutoff, settings.max_neighbors)
     n = len(structure)

@@ -25,6 +25,7 @@ def random_split(n: int, fractions: Sequence[float], seed: int) -> dict[str, np.
         early stopping (DESIGN §3).
     seed : int
         Seed of ``numpy.random.default_rng``.
+
     """
     fractions = np.asarray(fractions, dtype=float)
     if fractions.shape != (4,) or np.any(fractions < 0) or abs(fractions.sum() - 1) > 1e-6:

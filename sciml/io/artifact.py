@@ -73,7 +73,8 @@ def _read_json(path: Path):
     try:
         return json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ArtifactError(f"{path}: unreadable or corrupted JSON ({err.__class__.__name__}); re-export the model") from None
+        reason = f"unreadable or corrupted JSON ({err.__class__.__name__})"
+        raise ArtifactError(f"{path}: {reason}; re-export the model") from None
 
 
 def load_artifact(path: str | Path) -> Artifact:
@@ -84,6 +85,7 @@ def load_artifact(path: str | Path) -> Artifact:
     ArtifactError
         Missing folder or file, corrupted/truncated weights (checksum or safetensors header), an
         unsupported ``format_version``, or unreadable JSON/YAML.
+
     """
     from safetensors import SafetensorError
     from safetensors.torch import load_file

@@ -33,6 +33,7 @@ class CrystalRegressor(L.LightningModule):
         Elements seen in training; others are predicted from their descriptors only and flagged.
     optim : dict
         ``lr``, ``weight_decay``, ``loss`` (l1, mse, huber), ``scheduler`` (``cosine`` or ``none``).
+
     """
 
     def __init__(self, network: dict, graph: dict, target: dict, elements: list[str],

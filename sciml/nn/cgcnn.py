@@ -25,6 +25,7 @@ class CGCNN(nn.Module):
         Unused (accepted so every network takes the same graph settings).
     dim, n_layers, n_rbf : int
         Width, number of convolutions and radial basis size.
+
     """
 
     def __init__(self, cutoff: float, g_max: float = 0.0, dim: int = 64, n_layers: int = 3,

@@ -27,6 +27,7 @@ def reflection_atom_pairs(n_refl: torch.Tensor, n_atoms: torch.Tensor) -> tuple[
     -------
     refl_graph : (n_refl_total,) structure index of each reflection.
     pair_refl, pair_atom : (n_pairs,) reflection and atom index of each pair, ``n_pairs = Σ_b R_b N_b``.
+
     """
     graphs = torch.arange(len(n_refl), device=n_refl.device)
     refl_graph = torch.repeat_interleave(graphs, n_refl)
@@ -66,6 +67,7 @@ class DiffractionBranch(nn.Module):
         Number of Gaussian bins over |G|.
     n_gauss : int
         Number of Gaussians ``m`` in the scattering factor.
+
     """
 
     def __init__(self, dim: int, g_max: float, n_bins: int = 32, n_gauss: int = 4) -> None:

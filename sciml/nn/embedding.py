@@ -35,6 +35,7 @@ class AtomGraphEncoder(nn.Module):
     Edge vectors are recomputed from positions, cell and image shifts, so gradients flow to ``pos`` and
     ``cell``; only the length ``|r_ij|`` enters, which makes the features invariant to rotation,
     translation and atom order.
+
     """
 
     def __init__(self, dim: int, edge_dim: int, cutoff: float, n_rbf: int) -> None:

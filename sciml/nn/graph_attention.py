@@ -22,6 +22,7 @@ class GraphAttentionBlock(nn.Module):
         Edge feature width.
     heads : int
         Number of attention heads.
+
     """
 
     def __init__(self, dim: int, edge_dim: int, heads: int) -> None:

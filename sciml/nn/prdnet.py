@@ -32,6 +32,7 @@ class PRDNet(nn.Module):
         Diffraction bins over |G| and Gaussians per scattering factor.
     diffraction : bool
         ``False`` drops the reciprocal-space branch (ablation).
+
     """
 
     def __init__(self, cutoff: float, g_max: float, dim: int = 64, n_layers: int = 3, heads: int = 4,

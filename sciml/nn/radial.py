@@ -17,6 +17,7 @@ class GaussianBasis(nn.Module):
         First and last centre ``μ_0``, ``μ_{K-1}`` (unit of ``r``: Å for distances, Å⁻¹ for |G|).
     n : int
         Number of centres ``K``; the width ``s`` equals the centre spacing.
+
     """
 
     def __init__(self, start: float, stop: float, n: int) -> None:

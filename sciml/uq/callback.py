@@ -45,6 +45,7 @@ class ConformalCallback(L.Callback):
         Conformity score (``absolute`` or ``normalized``; ``normalized`` divides by ``Prediction.sigma``).
     alpha : float
         Default miscoverage level stored with the calibrator.
+
     """
 
     def __init__(self, run_dir: str, score: str = "absolute", alpha: float = 0.1) -> None:

@@ -51,7 +51,8 @@ def test_bad_files_get_error_rows(tiny_run, mixed_folder, tmp_path):
     out = tmp_path / "preds.csv"
     assert main(["crystal", "predict", "--model", str(tiny_run["artifact"]), str(mixed_folder),
                  "--output", str(out)]) == 0
-    df = pd.read_csv(out, comment="#").set_index(pd.read_csv(out, comment="#")["source"].map(lambda s: s.split("/")[-1]))
+    df = pd.read_csv(out, comment="#")
+    df = df.set_index(df["source"].map(lambda s: s.split("/")[-1]))
     assert df.loc["a_good.cif", "error"] != df.loc["a_good.cif", "error"]  # NaN: no error
     assert pd.notna(df.loc["a_good.cif", "heat_all"]) and pd.notna(df.loc["h_good.vasp", "heat_all"])
     assert pd.notna(df.loc["i_unseen_element.cif", "heat_all"]) and "U" in df.loc["i_unseen_element.cif", "note"]

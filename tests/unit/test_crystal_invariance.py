@@ -56,7 +56,8 @@ def test_invariant_to_rotation_translation_permutation_supercell(float64, name, 
 
 def test_primitive_conventional_and_supercell_agree(float64):
     fcc = Structure(Lattice.cubic(5.64), ["Na"] * 4 + ["Cl"] * 4,
-                    [[0, 0, 0], [.5, .5, 0], [.5, 0, .5], [0, .5, .5], [.5, 0, 0], [0, .5, 0], [0, 0, .5], [.5, .5, .5]])
+                    [[0, 0, 0], [.5, .5, 0], [.5, 0, .5], [0, .5, .5],
+                     [.5, 0, 0], [0, .5, 0], [0, 0, .5], [.5, .5, .5]])
     primitive = SpacegroupAnalyzer(fcc).get_primitive_standard_structure()
     assert len(primitive) == 2
     net = NETWORKS["prdnet"]()

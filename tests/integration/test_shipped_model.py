@@ -1,0 +1,41 @@
+"""The shipped checkpoint: the README's main job, and prediction on a real folder of JARVIS POSCARs."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from sciml.cli.main import main
+from sciml.crystal import load_model, predict
+from sciml.crystal.model import DEFAULT_MODEL
+
+from .conftest import ROOT
+
+ALIGNN = ROOT.parent / "shared" / "data" / "materials" / "alignn_sample"
+
+
+def test_main_job_on_shipped_examples(tmp_path, capsys):
+    out = tmp_path / "preds.csv"
+    assert main(["crystal", "predict", "--model", str(DEFAULT_MODEL), str(ROOT / "examples" / "structures"),
+                 "--output", str(out)]) == 0
+    df = pd.read_csv(out, comment="#")
+    assert len(df) == 6 and df["error"].isna().all()
+    assert (df["heat_all_lower"] < df["heat_all"]).all() and (df["heat_all"] < df["heat_all_upper"]).all()
+    assert "SrTiO3" in capsys.readouterr().out
+
+
+def test_shipped_card_matches_metadata():
+    meta = json.loads((DEFAULT_MODEL / "metadata.json").read_text())
+    card = (DEFAULT_MODEL / "README.md").read_text()
+    assert f"{meta['metrics']['test_mae']:.4f}" in card
+    assert load_model().graph.to_dict() == meta["graph"]
+
+
+@pytest.mark.skipif(not ALIGNN.is_dir(), reason="../shared/data/materials/alignn_sample not present")
+def test_alignn_sample_gives_50_rows_with_intervals():
+    df = predict(ALIGNN)
+    assert len(df) == 50
+    assert df["error"].fillna("").eq("").all()
+    assert df[["heat_all", "heat_all_lower", "heat_all_upper"]].notna().all().all()
