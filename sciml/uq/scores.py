@@ -142,9 +142,10 @@ class CQR(IntervalScore):
         return Interval(torch.where(empty, mid, lower), torch.where(empty, mid, upper))
 
 
-# CQR is not registered yet: tests/unit/test_uq_split.py pins this registry to the two residual scores.
-# Use it directly: SplitConformal().fit(CQR().score(pred, y)), then CQR().interval(pred, cal.threshold()).
-SCORES: dict[str, type[Score]] = {cls.name: cls for cls in (AbsoluteResidual, NormalizedResidual)}
+# Stateless interval scores, instantiated by name. CQR scores are signed (negative inside the band), so its
+# thresholds may be negative. Stateful vector scores are in sciml.uq.vector.VECTOR_SCORES, classification
+# scores in sciml.uq.classification.CLASSIFICATION_SCORES.
+SCORES: dict[str, type[Score]] = {cls.name: cls for cls in (AbsoluteResidual, NormalizedResidual, CQR)}
 
 
 def get_score(name: str) -> Score:

@@ -166,7 +166,7 @@ def test_round_trips_mid_stream(kind: str) -> None:
         ({"alpha_t": None}, "alpha_t"),
         ({"scores": [0.1, math.inf]}, "finite"),
         ({"alpha": 1.0}, "alpha"),
-        ({"score": "cqr"}, "score"),
+        ({"score": "huber"}, "score"),
         ({"method": "quantile_tracker"}, "method"),
         ({"extra": 1}, "unexpected"),
     ],

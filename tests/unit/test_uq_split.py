@@ -11,9 +11,11 @@ import torch
 
 from sciml.uq import (
     CALIBRATORS,
+    CQR,
     SCORES,
     AbsoluteResidual,
     Interval,
+    IntervalScore,
     NormalizedResidual,
     SplitConformal,
     calibrator_from_dict,
@@ -135,7 +137,9 @@ def test_scores_and_intervals_are_inverse() -> None:
     iv = AbsoluteResidual().interval(pred, torch.tensor(2.0))
     assert torch.equal(iv.lower, torch.tensor([-2.0, -1.0]))
     assert torch.equal(iv.upper, torch.tensor([2.0, 3.0]))
-    assert set(SCORES) == {"absolute", "normalized"} and CALIBRATORS["split"] is SplitConformal
+    assert SCORES == {"absolute": AbsoluteResidual, "normalized": NormalizedResidual, "cqr": CQR}
+    assert all(issubclass(cls, IntervalScore) and cls.name == name for name, cls in SCORES.items())
+    assert CALIBRATORS["split"] is SplitConformal
 
 
 @pytest.mark.parametrize("sigma", [None, torch.tensor([1.0, 0.0]), torch.tensor([1.0, -2.0]), torch.ones(3)])
@@ -238,6 +242,6 @@ def test_non_mapping_raises(bad: object) -> None:
 def test_constructor_validates() -> None:
     """Unknown score name and invalid alpha raise ValueError."""
     with pytest.raises(ValueError, match="unknown score"):
-        SplitConformal("cqr")
+        SplitConformal("huber")
     with pytest.raises(ValueError, match="alpha"):
         SplitConformal(alpha=0.0)
