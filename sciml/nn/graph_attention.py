@@ -1,40 +1,48 @@
-"""Graph attention block (Matformer-style message passing with edge-aware attention)."""
+"""Graph attention block (Matformer-style gated attention with edge features)."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
-from torch_geometric.nn import TransformerConv
 
 
 class GraphAttentionBlock(nn.Module):
-    """One post-norm transformer layer on the atom graph.
+    """One Matformer-style layer (Yan et al., NeurIPS 2022, Eq. 4–6), channel-wise gated attention.
 
-    ``h_i ← LN(h_i + Σ_j α_ij (W_v h_j + W_e e_ij))``, with
-    ``α_ij = softmax_j((W_q h_i)·(W_k h_j + W_e e_ij)/√d)`` (Shi et al. 2021, as used by Matformer,
-    Yan et al. 2022), followed by ``h ← LN(h + FFN(h))``.
+    For an edge ``j → i`` with edge feature ``e_ij``:
+
+    - ``α_ij = (W_q h_i) ⊙ (W_k h_j + W_e e_ij) / √d`` (per channel),
+    - ``m_ij = σ(LN(α_ij)) ⊙ (W_v h_j + W_u e_ij)``,
+    - ``h_i ← h_i + SiLU(BN(W_o Σ_j m_ij))``.
+
+    The sigmoid gate (instead of a softmax over neighbours) keeps the sum aggregation, so the layer still
+    sees how many neighbours an atom has, as CGCNN does.
 
     Parameters
     ----------
     dim : int
-        Atom feature width (divisible by ``heads``).
+        Atom feature width.
     edge_dim : int
         Edge feature width.
     heads : int
-        Number of attention heads.
-
+        Kept for configuration compatibility; the gate is per channel (``dim`` "heads" of width 1).
     """
 
-    def __init__(self, dim: int, edge_dim: int, heads: int) -> None:
+    def __init__(self, dim: int, edge_dim: int, heads: int = 1) -> None:
         super().__init__()
-        if dim % heads:
-            raise ValueError(f"dim={dim} must be divisible by heads={heads}")
-        self.attn = TransformerConv(dim, dim // heads, heads=heads, edge_dim=edge_dim, root_weight=True)
-        self.norm1 = nn.LayerNorm(dim)
-        self.ffn = nn.Sequential(nn.Linear(dim, 2 * dim), nn.SiLU(), nn.Linear(2 * dim, dim))
-        self.norm2 = nn.LayerNorm(dim)
+        self.query, self.key, self.value = (nn.Linear(dim, dim) for _ in range(3))
+        self.edge_key, self.edge_value = nn.Linear(edge_dim, dim), nn.Linear(edge_dim, dim)
+        self.gate_norm = nn.LayerNorm(dim)
+        self.out = nn.Linear(dim, dim)
+        self.norm = nn.BatchNorm1d(dim)
+        self.scale = 1.0 / math.sqrt(dim)
 
     def forward(self, h: torch.Tensor, edge_index: torch.Tensor, edge_attr: torch.Tensor) -> torch.Tensor:
-        """Update ``h`` (n_atoms, dim); ``edge_index`` is [centre, neighbour], messages flow to the centre."""
-        h = self.norm1(h + self.attn(h, edge_index.flip(0), edge_attr))
-        return self.norm2(h + self.ffn(h))
+        """Update ``h`` (n_atoms, dim); ``edge_index`` is [centre i, neighbour j], messages flow to the centre."""
+        i, j = edge_index
+        alpha = self.query(h)[i] * (self.key(h)[j] + self.edge_key(edge_attr)) * self.scale
+        message = torch.sigmoid(self.gate_norm(alpha)) * (self.value(h)[j] + self.edge_value(edge_attr))
+        aggregated = torch.zeros_like(h).index_add_(0, i, message)
+        return h + nn.functional.silu(self.norm(self.out(aggregated)))

@@ -36,13 +36,14 @@ class PRDNet(nn.Module):
     """
 
     def __init__(self, cutoff: float, g_max: float, dim: int = 64, n_layers: int = 3, heads: int = 4,
-                 n_rbf: int = 40, n_bins: int = 32, n_gauss: int = 4, diffraction: bool = True) -> None:
+                 n_rbf: int = 40, n_bins: int = 32, n_gauss: int = 4, diffraction: bool = True, dropout: float = 0.0) -> None:
         super().__init__()
         self.encoder = AtomGraphEncoder(dim, dim, cutoff, n_rbf)
         self.layers = nn.ModuleList(GraphAttentionBlock(dim, dim, heads) for _ in range(n_layers))
         self.diffraction = DiffractionBranch(dim, g_max, n_bins, n_gauss) if diffraction else None
         width = 2 * dim if diffraction else dim
-        self.head = nn.Sequential(nn.Linear(width, dim), nn.SiLU(), nn.Linear(dim, 1))
+        self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(width, dim), nn.SiLU(), nn.Dropout(dropout),
+                                  nn.Linear(dim, 1))
 
     def forward(self, batch) -> torch.Tensor:
         """Predict one intensive value per structure, shape ``(n_graphs,)``."""

@@ -86,3 +86,21 @@ def test_resume_from_last_checkpoint(tiny_run, tmp_path):
     second = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
     assert (first["epoch"], second["epoch"]) == (0, 1)
     assert second["global_step"] == 2 * first["global_step"]  # epoch 0 restored, only epoch 1 trained
+
+
+def test_test_verb_evaluates_a_checkpoint(tiny_run, capsys):
+    ckpt = tiny_run["run"] / "checkpoints" / "best.ckpt"
+    assert main(["test", "--config", str(tiny_run["config"]), "--ckpt_path", str(ckpt),
+                 "--trainer.enable_progress_bar", "false"]) == 0
+    out = capsys.readouterr().out
+    metrics = json.loads(out[out.rindex("{"):])
+    assert metrics["test_mae"] > 0
+
+
+def test_bad_config_and_override_are_one_line_errors(tmp_path, capsys):
+    assert main(["fit", "--config", str(tmp_path / "missing.yaml")]) != 0
+    assert "no such config file" in capsys.readouterr().err
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("task: nonsense\n")
+    assert main(["fit", "--config", str(bad), "--run_dir", str(tmp_path / "r")]) != 0
+    assert "known tasks" in capsys.readouterr().err
