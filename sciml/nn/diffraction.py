@@ -77,6 +77,8 @@ class DiffractionBranch(nn.Module):
         self.bins = GaussianBasis(0.0, g_max, n_bins)
         self.envelope = CosineCutoff(g_max)
         self.out = nn.Sequential(nn.LayerNorm(n_bins), nn.Linear(n_bins, dim), nn.SiLU(), nn.Linear(dim, dim))
+        nn.init.zeros_(self.out[-1].weight)  # start as the graph-only model; the branch grows in if it helps
+        nn.init.zeros_(self.out[-1].bias)
 
     def pattern(self, h: torch.Tensor, batch) -> torch.Tensor:
         """Binned intensities ``P`` of shape ``(n_graphs, n_bins)`` (before the log)."""

@@ -16,8 +16,9 @@ class PRDNet(nn.Module):
     """Graph attention network fused with a reciprocal-space branch (PRDNet, ICLR 2026).
 
     ``y = MLP([mean_j h_j ; D(h, G)])`` where ``h`` are atom features after ``n_layers`` graph-attention
-    blocks and ``D`` is :class:`~sciml.nn.diffraction.DiffractionBranch` fed with the same ``h`` (each atom
-    scatters as a learned pseudo-particle). The output is intensive: invariant to rotation, translation,
+    blocks and ``D`` is :class:`~sciml.nn.diffraction.DiffractionBranch` fed with the element embedding
+    ``h⁰`` (each element scatters as a learned pseudo-particle with its own ``f(Z, |G|)``). The output is
+    intensive: invariant to rotation, translation,
     atom order and the choice of unit cell.
 
     Parameters
@@ -47,10 +48,11 @@ class PRDNet(nn.Module):
 
     def forward(self, batch) -> torch.Tensor:
         """Predict one intensive value per structure, shape ``(n_graphs,)``."""
-        h, e = self.encoder(batch)
+        h0, e = self.encoder(batch)
+        h = h0
         for layer in self.layers:
             h = layer(h, batch[keys.EDGE_INDEX], e)
         pooled = global_mean_pool(h, batch[keys.BATCH], size=len(batch[keys.N_ATOMS]))
         if self.diffraction is not None:
-            pooled = torch.cat([pooled, self.diffraction(h, batch)], dim=-1)
+            pooled = torch.cat([pooled, self.diffraction(h0, batch)], dim=-1)
         return self.head(pooled).squeeze(-1)
