@@ -28,6 +28,7 @@ class GraphAttentionBlock(nn.Module):
         Edge feature width.
     heads : int
         Kept for configuration compatibility; the attention is per channel.
+
     """
 
     def __init__(self, dim: int, edge_dim: int, heads: int = 1) -> None:
