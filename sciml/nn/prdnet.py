@@ -37,7 +37,8 @@ class PRDNet(nn.Module):
     """
 
     def __init__(self, cutoff: float, g_max: float, dim: int = 64, n_layers: int = 3, heads: int = 4,
-                 n_rbf: int = 40, n_bins: int = 32, n_gauss: int = 4, diffraction: bool = True, dropout: float = 0.0) -> None:
+                 n_rbf: int = 40, n_bins: int = 32, n_gauss: int = 4, diffraction: bool = True,
+                 dropout: float = 0.0) -> None:
         super().__init__()
         self.encoder = AtomGraphEncoder(dim, dim, cutoff, n_rbf)
         self.layers = nn.ModuleList(GraphAttentionBlock(dim, dim, heads) for _ in range(n_layers))
