@@ -52,7 +52,8 @@ def model_card(name: str, cfg: dict, metrics: dict, sizes: dict, alpha: float) -
              f"- {100 * (1 - alpha):.0f}% conformal interval: coverage {metrics.get('test_coverage', nan):.3f}, "
              f"mean width {metrics.get('test_width', nan):.4f} {t['unit']}", "",
              "## Intended use and limits",
-             f"- Elements seen in training only: {', '.join(cfg['module']['elements'])}.",
+             f"- Elements seen in training: {', '.join(cfg['module']['elements'])}. Other elements (Z <= 103) are "
+             "embedded from their descriptors only and flagged in the `note` column: extrapolation.",
              "- Intervals are split-conformal: marginal coverage ≥ 1−α for structures exchangeable with the "
              "training distribution; no guarantee under distribution shift (other structure families).",
              f"- Graph settings are frozen: {cfg['module']['graph']}.", ""]

@@ -36,7 +36,10 @@ def run_predict(args, overrides: list[str]) -> int:
     rows = iter_prediction_rows(args.inputs, predictor, args.alpha, args.batch_size, progress=True)
     head, n_rows, n_errors = write_rows(rows, predictor, args.output)
     with pd.option_context("display.width", 160, "display.max_columns", 20, "display.max_colwidth", 60):
-        table = pd.DataFrame(head).drop(columns=["alpha"])
+        table = pd.DataFrame(head)
+        table["flag"] = table["error"].where(table["error"].astype(bool),
+                                             table["note"].map(lambda n: "extrapolation (see note)" if n else ""))
+        table = table.drop(columns=["alpha", "note", "error"])
         print(table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     if n_rows > len(head):
         print(f"... {n_rows - len(head)} more rows")
