@@ -1,8 +1,13 @@
-"""``sciml fit|validate|test --config CFG [--ckpt_path P] [--section.key value ...]``."""
+"""``sciml fit|validate|test --config CFG [--ckpt_path P] [--section.key value ...]``.
+
+Under DDP every process runs this command (Lightning's launcher re-runs it, or ``srun`` starts one per
+device); only global rank 0 prints the metrics.
+"""
 
 from __future__ import annotations
 
 import json
+import sys
 
 
 def add_parser(sub, name: str) -> None:
@@ -10,22 +15,32 @@ def add_parser(sub, name: str) -> None:
     p = sub.add_parser(name, help=f"{name} a model from a YAML config (Lightning)")
     p.add_argument("--config", required=True, help="YAML config, e.g. configs/crystal/perov5.yaml")
     p.add_argument("--ckpt_path", default=None,
-                   help="checkpoint to resume/evaluate, or 'last' (fit resumes last.ckpt of the run by default)")
+                   help="checkpoint to resume/evaluate, or 'last' (fit resumes the newest of last.ckpt and "
+                        "SLURM's hpc_ckpt_<n>.ckpt in the run folder by default)")
     p.set_defaults(run=run, accepts_overrides=True, verb_name=name)
 
 
 def run(args, overrides: list[str]) -> int:
-    """Load the config, apply overrides, and fit/validate/test."""
+    """Load the config, apply overrides, and fit/validate/test; 143 when stopped by SIGTERM."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+    from lightning.pytorch.utilities.rank_zero import rank_zero_only
+
     from sciml.cli.config import apply_overrides, load_config
 
     cfg = apply_overrides(load_config(args.config), overrides)
-    if args.verb_name == "fit":
-        from sciml.train import train
+    try:
+        if args.verb_name == "fit":
+            from sciml.train import train
 
-        metrics = train(cfg, ckpt_path=args.ckpt_path)
-    else:
-        from sciml.train import evaluate
+            metrics = train(cfg, ckpt_path=args.ckpt_path)
+        else:
+            from sciml.train import evaluate
 
-        metrics = evaluate(cfg, args.ckpt_path, stage=args.verb_name)
-    print(json.dumps(metrics, indent=1))
+            metrics = evaluate(cfg, args.ckpt_path, stage=args.verb_name)
+    except SIGTERMException:  # Lightning stops at the next batch; a SystemExit that would exit 0
+        print(f"error: {args.verb_name} stopped by SIGTERM; rerun the same command to resume from the last "
+              "checkpoint", file=sys.stderr)
+        return 143
+    if rank_zero_only.rank == 0:
+        print(json.dumps(metrics, indent=1))
     return 0

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from torch.utils.data import DataLoader
 
 from sciml import keys
 from sciml.io.atomic import atomic_write_text
@@ -18,7 +19,8 @@ def collect_predictions(module: L.LightningModule, loader) -> tuple[torch.Tensor
     """Run ``module.predict_step`` over ``loader``; return ``(mean, sigma, y)``, each of shape ``(n,)``."""
     was_training = module.training
     module.eval()
-    means, sigmas, ys = [], [], []
+    empty = torch.empty(0, device=module.device)
+    means, sigmas, ys = [empty], [empty], [empty]  # an empty loader (a rank's empty shard) gives (0,) tensors
     for batch in loader:
         batch = batch.to(module.device)
         pred = module.predict_step(batch, 0)
@@ -29,13 +31,40 @@ def collect_predictions(module: L.LightningModule, loader) -> tuple[torch.Tensor
     return torch.cat(means), torch.cat(sigmas), torch.cat(ys)
 
 
+def shard_loader(loader: DataLoader, rank: int, world_size: int) -> DataLoader:
+    """The items ``rank, rank + world_size, …`` of ``loader``'s dataset, in a loader with the same batching.
+
+    Unlike ``DistributedSampler`` it never pads: the shards are disjoint and together hold every item once,
+    so gathered calibration scores count each calibration point exactly once.
+    """
+    indices = range(rank, len(loader.dataset), world_size)
+    return DataLoader(loader.dataset, batch_size=loader.batch_size, sampler=indices, collate_fn=loader.collate_fn,
+                      num_workers=loader.num_workers)
+
+
+def gather_uneven(strategy, tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    """All-gather 1-d tensors of equal length ``n_r`` per rank (``n_r`` may differ across ranks).
+
+    Each rank pads to the longest shard, ``strategy.all_gather`` stacks the padded blocks, and the padding
+    is cut off with the gathered true lengths; returns tensors of length ``Σ_r n_r`` in rank order.
+    """
+    stacked = torch.stack(tensors)  # (k, n_local)
+    counts = strategy.all_gather(torch.tensor([stacked.shape[1]], device=stacked.device)).reshape(-1)
+    padded = torch.nn.functional.pad(stacked, (0, int(counts.max()) - stacked.shape[1]), value=float("nan"))
+    blocks = strategy.all_gather(padded)  # (world_size, k, max_n)
+    full = torch.cat([blocks[r, :, : int(n)] for r, n in enumerate(counts)], dim=1)
+    return tuple(full.unbind(0))
+
+
 class ConformalCallback(L.Callback):
     """Fit split conformal on the datamodule's ``calib_dataloader()`` once training ends.
 
     The best checkpoint (by the monitored validation metric) is loaded first, so the calibrator matches
-    the weights that will be exported. Scores from all DDP ranks are gathered before the quantile, and
-    the result is written to ``<run_dir>/calibrator.json`` and kept as ``self.calibrator`` (not attached to
-    the module, whose ``state_dict`` must keep matching its checkpoints).
+    the weights that will be exported. Under DDP each rank scores a disjoint, unpadded shard of the
+    calibration split (:func:`shard_loader`) and the shards are gathered with their true lengths
+    (:func:`gather_uneven`), so every rank fits the same calibrator on each calibration point exactly
+    once. The result is written by global rank 0 to ``<run_dir>/calibrator.json`` and kept as
+    ``self.calibrator`` (not attached to the module, whose ``state_dict`` must keep matching its checkpoints).
 
     Parameters
     ----------
@@ -57,9 +86,12 @@ class ConformalCallback(L.Callback):
         if best and Path(best).exists():
             state = torch.load(best, map_location=pl_module.device, weights_only=True)["state_dict"]
             pl_module.load_state_dict(state)
-        mean, sigma, y = collect_predictions(pl_module, trainer.datamodule.calib_dataloader())
+        loader = trainer.datamodule.calib_dataloader()
         if trainer.world_size > 1:
-            mean, sigma, y = (pl_module.all_gather(t).reshape(-1) for t in (mean, sigma, y))
+            loader = shard_loader(loader, trainer.global_rank, trainer.world_size)
+        mean, sigma, y = collect_predictions(pl_module, loader)
+        if trainer.world_size > 1:
+            mean, sigma, y = gather_uneven(trainer.strategy, (mean, sigma, y))
         calibrator = SplitConformal(score=self.score, alpha=self.alpha)
         calibrator.fit_predictions(mean.double(), y.double(), sigma.double())
         self.calibrator = calibrator

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -39,3 +41,24 @@ def tiny_run(tmp_path_factory) -> dict:
     assert main(["export", "--ckpt", str(run / "checkpoints" / "best.ckpt"), "--calibrate",
                  "--output", str(artifact)]) == 0
     return {"tmp": tmp, "data": data, "config": config, "run": run, "artifact": artifact}
+
+
+def sciml_command() -> list[str]:
+    """The installed ``sciml`` console script (DDP relaunches ``sys.argv``, so it must be a real command)."""
+    script = Path(sys.executable).parent / "sciml"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "sciml.cli.main"]
+
+
+@pytest.fixture
+def clean_env() -> dict:
+    """Environment for ``sciml`` subprocesses: no SLURM/DDP variables leaking in, one thread per process."""
+    names = {"RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MASTER_", "PL_")) and k not in names}
+    return env | {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+@pytest.fixture
+def tiny_data(tmp_path) -> dict:
+    """Generated perovskites and the tiny config in a fresh folder (for tests that start their own fits)."""
+    data = write_perovskite_csv(tmp_path / "toy.csv", n=80, seed=0)
+    return {"tmp": tmp_path, "data": data, "config": tiny_config(tmp_path, data)}
