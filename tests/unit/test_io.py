@@ -63,3 +63,18 @@ def test_damaged_artifacts_give_one_line_errors(tmp_path, damage):
     with pytest.raises(ArtifactError) as err:
         load_artifact(path)
     assert "\n" not in str(err.value) and str(path) in str(err.value)
+
+
+def test_atomic_outputs_get_normal_permissions(tmp_path):
+    import os
+    import stat
+
+    umask = os.umask(0o022)
+    try:
+        atomic_write_text(tmp_path / "f.txt", "x")
+        with atomic_directory(tmp_path / "d") as tmp:
+            (tmp / "a").write_text("y")
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE((tmp_path / "f.txt").stat().st_mode) == 0o644
+    assert stat.S_IMODE((tmp_path / "d").stat().st_mode) == 0o755
