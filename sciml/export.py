@@ -78,7 +78,8 @@ def export(ckpt: str | Path, output: str | Path, calibrate: bool = True, alpha: 
     calibrator = None
     if calibrate:
         cal = SplitConformal(score=score, alpha=alpha)
-        cal.fit_predictions(*_pair(collect_predictions(module, dm.calib_dataloader())))
+        cal_mean, cal_sigma, cal_y = (t.double() for t in collect_predictions(module, dm.calib_dataloader()))
+        cal.fit_predictions(cal_mean, cal_y, cal_sigma)
         interval = cal.predict_set(mean.double(), sigma=sigma.double(), alpha=alpha)
         metrics |= {"test_coverage": float(coverage(interval, y.double())),
                     "test_width": float((interval.upper - interval.lower).mean()), "alpha": alpha,
@@ -93,7 +94,3 @@ def export(ckpt: str | Path, output: str | Path, calibrate: bool = True, alpha: 
                   calibrator=calibrator, card=card)
     return metrics
 
-
-def _pair(collected):
-    mean, sigma, y = collected
-    return mean.double(), y.double(), sigma.double()
