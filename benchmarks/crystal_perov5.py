@@ -25,10 +25,11 @@ import torch
 
 from sciml.cli.config import load_config
 from sciml.io.atomic import atomic_write_text
+from sciml.io.checkpoint import load_lightning_checkpoint
 from sciml.models.crystal import CrystalRegressor
 from sciml.tasks.crystal import crystal_datamodule
 from sciml.train import train
-from sciml.uq import SplitConformal, coverage
+from sciml.uq import SplitConformal, coverage, mean_width
 from sciml.uq.callback import collect_predictions
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,7 +46,7 @@ def interval_metrics(calib: tuple, test: tuple, alpha: float) -> dict:
     (pc, sc, yc), (pt, st, yt) = calib, test
     cal = SplitConformal(score="normalized", alpha=alpha).fit_predictions(pc, yc, sc)
     interval = cal.predict_set(pt, sigma=st)
-    return {"coverage": float(coverage(interval, yt)), "mean_width": float((interval.upper - interval.lower).mean())}
+    return {"coverage": float(coverage(interval, yt)), "mean_width": float(mean_width(interval))}
 
 
 def as_double(*tensors):
@@ -66,7 +67,7 @@ def neural(name: str, cfg: dict, dm, alpha: float, seed: int) -> dict:
     start = time.perf_counter()
     result = train(cfg, ckpt_path=None, test=False)
     train_s = time.perf_counter() - start
-    state = torch.load(result["best_checkpoint"], map_location="cpu", weights_only=True)
+    state = load_lightning_checkpoint(result["best_checkpoint"])
     module = CrystalRegressor(**state["hyper_parameters"])
     module.load_state_dict(state["state_dict"])
     start = time.perf_counter()

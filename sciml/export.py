@@ -2,34 +2,18 @@
 
 from __future__ import annotations
 
-import pickle
 from math import nan
 from pathlib import Path
 
-import torch
 import yaml
 
 from sciml.data.crystal import file_sha256
-from sciml.io.artifact import ArtifactError, save_artifact
+from sciml.io.artifact import save_artifact
+from sciml.io.checkpoint import load_lightning_checkpoint
 from sciml.models.crystal import CrystalRegressor
 from sciml.tasks import DATAMODULES
-from sciml.uq import SplitConformal, coverage
+from sciml.uq import SplitConformal, coverage, mean_width
 from sciml.uq.callback import collect_predictions
-
-
-def load_lightning_checkpoint(path: str | Path) -> dict:
-    """Load a ``.ckpt`` with ``weights_only=True`` (never runs code hidden in the file)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such checkpoint file")
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as err:
-        raise ArtifactError(f"{path}: refused to load, the checkpoint contains objects other than tensors and "
-                            f"plain data ({str(err).splitlines()[0][:120]}); only load checkpoints you trust "
-                            "with trusted tools") from None
-    except (RuntimeError, EOFError, OSError) as err:
-        raise ArtifactError(f"{path}: corrupted or truncated checkpoint ({str(err).splitlines()[0]})") from None
 
 
 def find_run_config(ckpt: Path) -> dict:
@@ -82,7 +66,7 @@ def export(ckpt: str | Path, output: str | Path, calibrate: bool = True, alpha: 
         cal.fit_predictions(cal_mean, cal_y, cal_sigma)
         interval = cal.predict_set(mean.double(), sigma=sigma.double(), alpha=alpha)
         metrics |= {"test_coverage": float(coverage(interval, y.double())),
-                    "test_width": float((interval.upper - interval.lower).mean()), "alpha": alpha,
+                    "test_width": float(mean_width(interval)), "alpha": alpha,
                     "n_calib": int(cal.n_calib)}
         calibrator = cal.to_dict()
     art_cfg = {"task": "crystal", "module": hparams, "data": cfg["data"]}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import torch
@@ -42,7 +43,7 @@ class CrystalPredictor:
         """Target description: ``name``, ``unit``, ``extensive``."""
         return self.module.hparams.target
 
-    @property
+    @cached_property
     def elements(self) -> set[str]:
         """Elements seen in training."""
         return set(self.module.hparams.elements)

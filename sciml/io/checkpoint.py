@@ -3,13 +3,31 @@
 from __future__ import annotations
 
 import io
+import pickle
+from pathlib import Path
 from typing import Any
 
 import torch
 from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from sciml.io.artifact import ArtifactError
 from sciml.io.atomic import atomic_write_bytes
+
+
+def load_lightning_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict:
+    """Load a ``.ckpt`` with ``weights_only=True`` (never runs code hidden in the file)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such checkpoint file")
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise ArtifactError(f"{path}: refused to load, the checkpoint contains objects other than tensors and "
+                            f"plain data ({str(err).splitlines()[0][:120]}); only load checkpoints you trust "
+                            "with trusted tools") from None
+    except (RuntimeError, EOFError, OSError) as err:
+        raise ArtifactError(f"{path}: corrupted or truncated checkpoint ({str(err).splitlines()[0]})") from None
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

@@ -53,17 +53,19 @@ class CrystalRegressor(L.LightningModule):
         n = batch[keys.N_ATOMS].to(batch[keys.POS].dtype)
         return n if self.hparams.target["extensive"] else torch.ones_like(n)
 
+    def _denormalise(self, z: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        t = self.hparams.target
+        return (z * t["std"] + t["mean"]) * scale
+
     def forward(self, batch) -> torch.Tensor:
         """Predicted target per structure, shape ``(n_graphs,)``, in the target unit."""
-        t = self.hparams.target
-        return (self.net(batch) * t["std"] + t["mean"]) * self._scale(batch)
+        return self._denormalise(self.net(batch), self._scale(batch))
 
     def _standardised_loss(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
-        t = self.hparams.target
+        t, scale = self.hparams.target, self._scale(batch)
         z = self.net(batch)
-        z_true = (batch[keys.TARGET] / self._scale(batch) - t["mean"]) / t["std"]
-        pred = (z * t["std"] + t["mean"]) * self._scale(batch)
-        return self.loss_fn(z, z_true), (pred - batch[keys.TARGET]).abs()
+        z_true = (batch[keys.TARGET] / scale - t["mean"]) / t["std"]
+        return self.loss_fn(z, z_true), (self._denormalise(z, scale) - batch[keys.TARGET]).abs()
 
     def training_step(self, batch, batch_idx: int) -> torch.Tensor:
         loss, err = self._standardised_loss(batch)

@@ -11,6 +11,7 @@ from torch.utils.data import DataLoader
 
 from sciml import keys
 from sciml.io.atomic import atomic_write_text
+from sciml.io.checkpoint import load_lightning_checkpoint
 from sciml.uq.split import SplitConformal
 
 
@@ -84,7 +85,7 @@ class ConformalCallback(L.Callback):
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         best = getattr(trainer.checkpoint_callback, "best_model_path", "")
         if best and Path(best).exists():
-            state = torch.load(best, map_location=pl_module.device, weights_only=True)["state_dict"]
+            state = load_lightning_checkpoint(best, map_location=pl_module.device)["state_dict"]
             pl_module.load_state_dict(state)
         loader = trainer.datamodule.calib_dataloader()
         if trainer.world_size > 1:
