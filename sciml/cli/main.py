@@ -10,9 +10,9 @@ import argparse
 import os
 import sys
 
-from sciml.cli import crystal, export, fit
+from sciml.cli import crystal, data, export, fit
 
-VERBS = {"fit": fit, "validate": fit, "test": fit, "export": export, "crystal": crystal}
+VERBS = {"fit": fit, "validate": fit, "test": fit, "export": export, "crystal": crystal, "data": data}
 
 
 def build_parser() -> argparse.ArgumentParser:
