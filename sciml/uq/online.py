@@ -62,11 +62,14 @@ class OnlineCalibrator(nn.Module):
     def predict_set(self, pred: Tensor, sigma: Tensor | None = None) -> PredictionSet:
         """Set ``{y : s(pred, y, sigma) <= q_t}`` for the current step.
 
-        The registered scores are ``>= 0``, so ``q_t < 0`` means the empty set; an ``Interval`` cannot be
-        empty, so ``q_t`` is clamped to 0 (the degenerate interval ``[ŷ, ŷ]``). ``update`` still counts such
-        a step by the unclamped rule, so the long-run bounds hold.
+        Non-negative scores (absolute, normalised): ``q_t < 0`` means the empty set; an ``Interval`` cannot
+        be empty, so ``q_t`` is clamped to 0 (the degenerate interval ``[ŷ, ŷ]``). Signed scores
+        (``score_fn.signed``, e.g. CQR, negative inside the band) get ``q_t`` unclamped: ``q_t < 0`` shrinks
+        the band ``[q̂_lo - q_t, q̂_hi + q_t]``. ``update`` counts every step by the unclamped rule, so the
+        long-run bounds hold.
         """
-        return self.score_fn.predict_set(pred, self.threshold().clamp_min(0), sigma)
+        q = self.threshold()
+        return self.score_fn.predict_set(pred, q if self.score_fn.signed else q.clamp_min(0), sigma)
 
     def forward(self, pred: Tensor, sigma: Tensor | None = None) -> PredictionSet:
         """Alias of :meth:`predict_set`."""

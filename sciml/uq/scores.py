@@ -35,6 +35,8 @@ class Score(ABC):
     """Base class of all nonconformity scores; subclasses set ``name`` and implement both methods."""
 
     name: ClassVar[str]
+    #: ``True`` for scores that may be negative (CQR): their thresholds must never be clamped at 0.
+    signed: ClassVar[bool] = False
 
     @abstractmethod
     def score(self, pred: Tensor, y: Tensor, sigma: Tensor | None = None) -> Tensor:
@@ -118,6 +120,7 @@ class CQR(IntervalScore):
     """
 
     name: ClassVar[str] = "cqr"
+    signed: ClassVar[bool] = True
 
     @staticmethod
     def _bounds(pred: Tensor) -> tuple[Tensor, Tensor]:

@@ -225,3 +225,24 @@ def test_long_run_and_rolling_coverage_by_hand() -> None:
             rolling_coverage(covered, bad_window)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="covered"):
         long_run_coverage(torch.empty(0))
+
+
+@pytest.mark.parametrize("cls", [QuantileTracker, ACI])
+def test_online_cqr_negative_threshold_not_clamped(cls) -> None:
+    """Regression: CQR scores are signed, so a negative q_t must shrink the band, not be clamped to 0."""
+    pred = torch.tensor([[0.0, 4.0], [-1.0, 1.0]], dtype=torch.float64)
+    if cls is QuantileTracker:
+        cal = QuantileTracker("cqr", ALPHA, lr=1.0, q0=-0.5)
+    else:
+        cal = ACI("cqr", ALPHA, gamma=0.01).fit(torch.full((20,), -0.5, dtype=torch.float64))
+    assert cal.threshold().item() == -0.5
+    band = cal.predict_set(pred)
+    assert torch.equal(band.lower, torch.tensor([0.5, -0.5], dtype=torch.float64))
+    assert torch.equal(band.upper, torch.tensor([3.5, 0.5], dtype=torch.float64))
+    # the y = 0.25 point of the first row lies in the raw band but scores -0.25 > q: it must be excluded
+    y = torch.tensor([0.25, 0.0], dtype=torch.float64)
+    score = cal.score_fn.score(pred, y)
+    assert torch.equal(band.contains(y), score <= -0.5)
+    # non-negative scores still clamp (an Interval cannot be empty)
+    absolute = QuantileTracker("absolute", ALPHA, lr=1.0, q0=-0.5).predict_set(pred[:, 0])
+    assert torch.equal(absolute.size(), torch.zeros(2, dtype=torch.float64))
