@@ -53,7 +53,8 @@ class PADTransformer(nn.Module):
     Parameters
     ----------
     n_genes : int
-        Gene vocabulary size ``V`` (genes are the data module's ``genes``, in order).
+        Gene vocabulary size ``V`` (the data module's ``perturbation_genes``: the measured genes in column
+        order, then perturbed genes that are not measured).
     dim, depth, heads : int
         Token width, number of blocks, attention heads.
     hops : int
@@ -111,16 +112,18 @@ class PADTransformer(nn.Module):
         pert : Tensor
             ``(B, P)`` int64 vocabulary indices of the perturbed genes, ``−1`` padding (all ``−1``: control).
         genes : Tensor or None
-            ``(G,)`` vocabulary indices of the columns (a gene subset); ``None`` means all ``V`` genes.
+            ``(G,)`` vocabulary indices of the columns (a gene subset); ``None`` means the first ``G``
+            vocabulary entries (the measured genes come first in the vocabulary, unmeasured perturbed
+            genes after them).
 
         """
-        idx = torch.arange(self.n_genes, device=x_t.device) if genes is None else genes
+        idx = torch.arange(x_t.shape[-1], device=x_t.device) if genes is None else genes
         table = self.gene(idx)[None]
         is_pert = (idx[None, :, None] == pert[:, None, :]).any(-1, keepdim=True).to(x_t.dtype)
         h = table + self.value(x_t[..., None]) + is_pert * self.flag
         ctrl = table + self.ctrl_value(torch.stack([x_ctrl, ctrl_mean], -1))
         cond = self.time(t) + self.pert(pert, self.gene.weight, self.adjacency)
-        mask = submask(self.adjacency, genes) if self.graph_mask else None
+        mask = submask(self.adjacency, idx) if self.graph_mask else None
         for block in self.blocks:
             h = block(h, ctrl, cond, mask)
         shift, scale = self.final_ada(cond).chunk(2, -1)

@@ -20,7 +20,7 @@ from torch import Tensor
 
 
 class FlowPath:
-    """Affine conditional path; subclasses define :meth:`source`.
+    """Affine conditional path; subclasses define :meth:`initial` (and :meth:`pair`).
 
     Parameters
     ----------
@@ -35,13 +35,17 @@ class FlowPath:
     def __init__(self, sigma: float = 1.0) -> None:
         self.sigma = float(sigma)
 
-    def source(self, x1: Tensor, x_ctrl: Tensor, generator: torch.Generator | None = None) -> Tensor:
-        """Source samples ``x_0``, shape of ``x1`` ``(C, N, G)``."""
-        raise NotImplementedError
+    def pair(self, x1: Tensor, x_ctrl: Tensor) -> Tensor:
+        """Control cells re-ordered to pair with ``x1`` (both ``(C, N, G)``); identity by default."""
+        return x_ctrl
 
     def initial(self, x_ctrl: Tensor, generator: torch.Generator | None = None) -> Tensor:
-        """Start of the ODE at sampling time, given the control cells ``(C, N, G)``."""
+        """Start ``x_0`` of the flow given (paired) control cells ``(C, N, G)``; used in training and sampling."""
         raise NotImplementedError
+
+    def source(self, x1: Tensor, x_ctrl: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        """Source samples ``x_0`` for the targets ``x1`` ``(C, N, G)``: ``initial(pair(x1, x_ctrl))``."""
+        return self.initial(self.pair(x1, x_ctrl), generator)
 
     @staticmethod
     def interpolate(x0: Tensor, x1: Tensor, t: Tensor) -> tuple[Tensor, Tensor]:
@@ -64,16 +68,13 @@ class NoisePath(FlowPath):
 
     name = "noise"
 
-    def source(self, x1: Tensor, x_ctrl: Tensor, generator: torch.Generator | None = None) -> Tensor:
-        return self.sigma * _randn_like(x1, generator)
-
     def initial(self, x_ctrl: Tensor, generator: torch.Generator | None = None) -> Tensor:
         return self.sigma * _randn_like(x_ctrl, generator)
 
 
 def ot_pairing(x0: Tensor, x1: Tensor) -> Tensor:
     """Permutation ``π`` ``(C, N)`` minimising ``Σ_i ‖x0[c, π_i] − x1[c, i]‖²`` per condition (exact assignment)."""
-    cost = ((x0[:, None, :, :] - x1[:, :, None, :]) ** 2).sum(-1).detach().cpu().numpy()  # (C, N1, N0)
+    cost = squared_distances(x1, x0).detach().cpu().numpy()  # (C, N1, N0)
     perms = [linear_sum_assignment(c)[1] for c in cost]
     return torch.as_tensor(np.stack(perms), device=x0.device)
 
@@ -87,12 +88,11 @@ class ControlPath(FlowPath):
         super().__init__(sigma)
         self.ot = ot
 
-    def source(self, x1: Tensor, x_ctrl: Tensor, generator: torch.Generator | None = None) -> Tensor:
-        x0 = x_ctrl
-        if self.ot:
-            perm = ot_pairing(x_ctrl, x1)
-            x0 = torch.gather(x_ctrl, 1, perm[..., None].expand_as(x_ctrl))
-        return self.initial(x0, generator)
+    def pair(self, x1: Tensor, x_ctrl: Tensor) -> Tensor:
+        if not self.ot:
+            return x_ctrl
+        perm = ot_pairing(x_ctrl, x1)
+        return torch.gather(x_ctrl, 1, perm[..., None].expand_as(x_ctrl))
 
     def initial(self, x_ctrl: Tensor, generator: torch.Generator | None = None) -> Tensor:
         return x_ctrl + self.sigma * _randn_like(x_ctrl, generator)

@@ -31,11 +31,11 @@ def adjacency_from_edges(edge_index: Tensor, n_genes: int) -> Tensor:
     return adj | adj.T
 
 
-def submask(adjacency: Tensor, genes: Tensor | None) -> Tensor | None:
-    """Attention mask of the gene subset ``genes`` ``(G,)``: ``adjacency[genes][:, genes]``; ``None`` if empty."""
+def submask(adjacency: Tensor, genes: Tensor) -> Tensor | None:
+    """Attention mask of the genes ``genes`` ``(G,)``: ``adjacency[genes][:, genes]``; ``None`` without a graph."""
     if adjacency.numel() == 0:
         return None
-    return adjacency if genes is None else adjacency[genes][:, genes]
+    return adjacency[genes][:, genes]
 
 
 def propagate(x: Tensor, adjacency: Tensor, hops: int) -> Tensor:
