@@ -1,0 +1,1 @@
+"""Electronic-structure Hamiltonians: orbital layout, data, equivariant model, prediction."""
