@@ -13,7 +13,9 @@ def load_config(path: str | Path) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such config file")
     try:
-        cfg = yaml.safe_load(path.read_text())
+        cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not a text file (binary content); a config is a YAML text file") from None
     except yaml.YAMLError as err:
         raise ValueError(f"{path}: invalid YAML ({str(err).splitlines()[0]})") from None
     if not isinstance(cfg, dict):

@@ -18,6 +18,7 @@ from pymatgen.core import DummySpecies, IStructure, Structure
 
 MIN_VOLUME = 1e-3  # Å^3; a cell with a smaller |det L| is degenerate
 MIN_VOLUME_PER_ATOM = 1.0  # Å^3; the densest solids hold ~5 Å^3 per atom, so less means a broken cell
+MAX_LATTICE_LENGTH = 1000.0  # Å; slabs and molecules in a box use tens of Å, so more means a unit mistake
 COMPRESSED = (".gz", ".bz2", ".xz", ".lzma")
 SUPPORTED = "CIF (.cif), POSCAR/CONTCAR or .vasp/.poscar, extxyz (.xyz/.extxyz), pymatgen JSON (.json)"
 
@@ -84,7 +85,8 @@ def check_structure(
 
     Checks, in order: at least one site; an ordered structure of real elements (no partial occupancy, no
     dummy species); elements in ``allowed_elements`` when given; finite lattice and coordinates; a cell with
-    ``|det L| >= MIN_VOLUME`` (1e-3 Å^3) and at least ``MIN_VOLUME_PER_ATOM`` (1 Å^3) per atom; no two
+    ``|det L| >= MIN_VOLUME`` (1e-3 Å^3), at least ``MIN_VOLUME_PER_ATOM`` (1 Å^3) per atom and no lattice
+    vector longer than ``MAX_LATTICE_LENGTH`` (1000 Å; larger cells are unit mistakes); no two
     sites (or a site and its own periodic image) closer than ``min_distance`` Å.
     """
     n = len(structure)
@@ -117,6 +119,10 @@ def check_structure(
     if volume / n < MIN_VOLUME_PER_ATOM:
         reason = f"cell too small: {volume / n:.3g} Å^3 per atom (< {MIN_VOLUME_PER_ATOM})"
         raise StructureError(source, reason, "check the lattice units are Å")
+    longest = float(max(structure.lattice.abc))
+    if longest > MAX_LATTICE_LENGTH:
+        reason = f"cell too large: lattice vector of {longest:.3g} Å (> {MAX_LATTICE_LENGTH:g} Å)"
+        raise StructureError(source, reason, "check the scale factor and that lengths are in Å")
     _check_overlaps(structure, source, min_distance)
     return structure
 

@@ -1,0 +1,139 @@
+"""Bad-input sweep over the command line: every verb and reader gets broken inputs.
+
+Each case must end in a one-line ``error:`` naming the input and the fix, with a non-zero exit code and no
+traceback -- or, for batch predictors, an error row for the bad item while the good items are still predicted.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sciml.cli.main import main
+
+ROOT = Path(__file__).resolve().parents[2]
+POSCAR = (ROOT / "examples" / "structures" / "POSCAR_LaAlO3").read_text()
+CIF = (ROOT / "examples" / "structures" / "SrTiO3.cif").read_text()
+AL_LINE = "0.5000000000000000    0.5000000000000000    0.5000000000000000 Al"
+C_VECTOR = "0.0000000000000000    0.0000000000000000    3.7900000000000000"
+
+#: file name -> (content, fragment of the expected per-row error)
+STRUCTURE_CASES = {
+    "empty.cif": (b"", "empty file"),
+    "garbage.vasp": (bytes(range(256)) * 8, "binary"),
+    "cif_content.vasp": (CIF.encode(), "not a valid POSCAR"),
+    "poscar_content.cif": (POSCAR.encode(), "not a valid CIF"),
+    "nan.vasp": (POSCAR.replace(AL_LINE, "nan 0.5 0.5 Al").encode(), "not finite"),
+    "inf_cell.vasp": (POSCAR.replace(C_VECTOR, "0 0 inf").encode(), "not finite"),
+    "huge_cell.vasp": (POSCAR.replace("1.0\n", "1e7\n", 1).encode(), "cell too large"),
+    "degenerate.vasp": (POSCAR.replace(C_VECTOR, "3.79 0 0").encode(), "degenerate cell"),
+    "zero_atoms.vasp": (POSCAR.split("La Al O")[0].encode() + b"La\n0\ndirect\n", "not a valid POSCAR"),
+    "duplicated.vasp": (POSCAR.replace("1 1 3", "1 1 4").encode() + b"0.5 0.5 0.0 O\n", "overlapping atoms"),
+}
+
+
+def run(argv: list[str], capsys) -> tuple[int, str]:
+    """Exit code and stderr of ``sciml argv``."""
+    code = main([str(a) for a in argv])
+    return code, capsys.readouterr().err
+
+
+def assert_one_line_error(code: int, err: str, *fragments: str) -> None:
+    assert code != 0
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "Traceback" not in err
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+
+
+def test_crystal_predict_gives_one_error_row_per_bad_file(tiny_run, tmp_path, capsys):
+    folder = tmp_path / "inputs"
+    folder.mkdir()
+    for name, (content, _) in STRUCTURE_CASES.items():
+        (folder / name).write_bytes(content)
+    (folder / "good.vasp").write_text(POSCAR)
+    out = tmp_path / "pred.csv"
+    code, err = run(["crystal", "predict", "--model", tiny_run["artifact"], folder, "--output", out], capsys)
+    assert code == 0 and "Traceback" not in err
+    import pandas as pd
+
+    rows = pd.read_csv(out, comment="#", keep_default_na=False)
+    rows = rows.set_index(rows["source"].map(lambda s: Path(s).name))
+    assert len(rows) == len(STRUCTURE_CASES) + 1
+    assert rows.loc["good.vasp", "error"] == "" and rows.loc["good.vasp", "heat_all"] != ""
+    for name, (_, fragment) in STRUCTURE_CASES.items():
+        error = rows.loc[name, "error"]
+        assert fragment in error and "\n" not in error, (name, error)
+
+
+def _write_config(tmp_path: Path, tiny_run: dict, **data) -> Path:
+    cfg = yaml.safe_load(Path(tiny_run["config"]).read_text())
+    cfg["data"] |= data
+    cfg["run_dir"] = str(tmp_path / "run")
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _csv(tmp_path: Path, tiny_run: dict, edit) -> Path:
+    import pandas as pd
+
+    frame = pd.read_csv(tiny_run["data"])
+    path = tmp_path / "data.csv"
+    edit(frame).to_csv(path, index=False)
+    return path
+
+
+FIT_CASES = {
+    "missing config": (lambda t, r: ["fit", "--config", t / "nope.yaml"], ["nope.yaml"]),
+    "empty config": (lambda t, r: ["fit", "--config", _touch(t / "empty.yaml", b"")], ["empty.yaml"]),
+    "binary config": (lambda t, r: ["fit", "--config", _touch(t / "bin.yaml", bytes(range(256)))], ["bin.yaml"]),
+    "unknown task": (lambda t, r: ["fit", "--config", _touch(t / "task.yaml", b"task: bananas\n")], ["task"]),
+    "missing data file": (lambda t, r: ["fit", "--config", _write_config(t, r, path=str(t / "gone.csv"))],
+                          ["gone.csv"]),
+    "no target column": (lambda t, r: ["fit", "--config", _write_config(
+        t, r, path=str(_csv(t, r, lambda f: f.drop(columns=["heat_all"]))))], ["data.csv", "heat_all"]),
+    "nan target": (lambda t, r: ["fit", "--config", _write_config(
+        t, r, path=str(_csv(t, r, lambda f: f.assign(heat_all=float("nan")))))], ["data.csv", "heat_all"]),
+    "no cif column": (lambda t, r: ["fit", "--config", _write_config(
+        t, r, path=str(_csv(t, r, lambda f: f.drop(columns=["cif"]))))], ["data.csv", "cif"]),
+    "bad override": (lambda t, r: ["fit", "--config", r["config"], "--trainer.max_epochs"], ["max_epochs"]),
+}
+
+
+def _touch(path: Path, content: bytes) -> Path:
+    path.write_bytes(content)
+    return path
+
+
+@pytest.mark.parametrize("case", FIT_CASES)
+def test_fit_bad_inputs(case, tiny_run, tmp_path, capsys):
+    build, fragments = FIT_CASES[case]
+    code, err = run(build(tmp_path, tiny_run), capsys)
+    assert_one_line_error(code, err, *fragments)
+
+
+EXPORT_CASES = {
+    "missing checkpoint": lambda t: t / "none.ckpt",
+    "empty checkpoint": lambda t: _touch(t / "empty.ckpt", b""),
+    "garbage checkpoint": lambda t: _touch(t / "garbage.ckpt", bytes(range(256)) * 4),
+    "text checkpoint": lambda t: _touch(t / "text.ckpt", b"model: yes\n"),
+}
+
+
+@pytest.mark.parametrize("case", EXPORT_CASES)
+def test_export_bad_checkpoints(case, tmp_path, capsys):
+    ckpt = EXPORT_CASES[case](tmp_path)
+    code, err = run(["export", "--ckpt", ckpt, "--output", tmp_path / "out"], capsys)
+    assert_one_line_error(code, err, ckpt.name)
+    assert not (tmp_path / "out").exists()
+
+
+def test_truncated_checkpoint(tiny_run, tmp_path, capsys):
+    data = (Path(tiny_run["run"]) / "checkpoints" / "last.ckpt").read_bytes()
+    ckpt = _touch(tmp_path / "cut.ckpt", data[: len(data) // 2])
+    code, err = run(["export", "--ckpt", ckpt, "--output", tmp_path / "out"], capsys)
+    assert_one_line_error(code, err, "cut.ckpt")
