@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 
 #: sub-verb -> module implementing it
-KINDS: dict[str, str] = {}
+KINDS: dict[str, str] = {"grn": "sciml.cli.data_grn"}
 
 
 def add_parser(sub, name: str) -> None:
