@@ -1,0 +1,116 @@
+"""Assembly of predicted blocks into symmetric matrices, orbital energies, and the training loss.
+
+Real space: MSE of normalised block irreps (= a weighted block MSE, the CG map being orthonormal) and MAE of
+matrix entries. Reciprocal space (molecules: the Γ point): orbital energies ε of ``H C = S C ε`` from
+
+    X = S^{-1/2} (Löwdin),   ε = eigvalsh(X H X)        (n_occupied + n_virtual lowest),
+
+differentiable through ``torch.linalg.eigvalsh`` (the loss sees eigenvalues only, never eigenvectors, so
+near-degenerate levels give finite gradients). See ``refs/HAMILTONIAN.md`` for NextHAM's projected variant.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from sciml.nn.hamiltonian.blocks import BlockBasis
+
+
+def _scatter_blocks(flat, values, types, rows_atom, cols_atom, graph, batch, basis: BlockBasis):
+    """Add the blocks of ``values (n, dim)`` (irreps, Hartree) into the flattened matrices ``flat``."""
+    for t, (za, zb) in enumerate(basis.pairs):
+        sel = (types == t).nonzero().flatten()
+        if len(sel) == 0:
+            continue
+        blocks = basis.to_blocks(values[sel], za, zb)  # (m, na, nb)
+        na, nb = blocks.shape[1:]
+        n = batch.n_ao[graph[sel]]
+        r = batch.ao_offset[rows_atom[sel]][:, None] + torch.arange(na, device=flat.device)
+        c = batch.ao_offset[cols_atom[sel]][:, None] + torch.arange(nb, device=flat.device)
+        idx = batch.mat_ptr[graph[sel]][:, None, None] + r[:, :, None] * n[:, None, None] + c[:, None, :]
+        flat = flat.index_add(0, idx.reshape(-1), blocks.reshape(-1))
+    return flat
+
+
+def transpose_index(batch) -> torch.Tensor:
+    """``(F,)`` index with ``flat[transpose_index] = vec(Mᵀ)`` for every graph's flattened matrix."""
+    parts = []
+    for g, n in enumerate(batch.n_ao.tolist()):
+        parts.append(batch.mat_ptr[g] + torch.arange(n * n, device=batch.n_ao.device).reshape(n, n).T.reshape(-1))
+    return torch.cat(parts)
+
+
+def assemble(node_irreps, edge_irreps, batch, node_basis: BlockBasis, edge_basis: BlockBasis,
+             base: torch.Tensor | None = None) -> torch.Tensor:
+    """Symmetric matrices ``base + (B + Bᵀ)/2`` from on-site and off-site irreps, flattened ``(F,)`` float64.
+
+    ``B`` holds the on-site block of every atom and the block ``B_ij`` of every edge ``(i, j)``; with both
+    directions present, ``H_ij = (B_ij + B_jiᵀ)/2``. Pairs without an edge keep ``base`` (H0 or zero).
+    """
+    flat = torch.zeros(int(batch.mat_ptr[-1]), dtype=torch.float64, device=node_irreps.device)
+    atoms = torch.arange(len(batch.z), device=flat.device)
+    flat = _scatter_blocks(flat, node_irreps.double(), batch.node_type, atoms, atoms, batch.batch, batch, node_basis)
+    i, j = batch.edge_index
+    flat = _scatter_blocks(flat, edge_irreps.double(), batch.edge_type, i, j, batch.batch[i], batch, edge_basis)
+    flat = 0.5 * (flat + flat[transpose_index(batch)])
+    return flat if base is None else base + flat
+
+
+def orbital_energies(h_flat: torch.Tensor, batch) -> torch.Tensor:
+    """The ``n_eig`` lowest eigenvalues of ``H C = S C ε`` per graph, concatenated ``(K,)`` (Hartree)."""
+    out = []
+    for g, (n, k) in enumerate(zip(batch.n_ao.tolist(), batch.n_eig.tolist(), strict=True)):
+        a, b = int(batch.mat_ptr[g]), int(batch.mat_ptr[g + 1])
+        h, x = h_flat[a:b].reshape(n, n), batch.s_inv_half[a:b].reshape(n, n)
+        out.append(torch.linalg.eigvalsh(x @ h @ x)[:k])
+    return torch.cat(out) if out else h_flat.new_zeros(0)
+
+
+def matrix_mae(h_flat: torch.Tensor, ref_flat: torch.Tensor, batch) -> torch.Tensor:
+    """Mean absolute error over all matrix entries, per graph ``(G,)`` (Hartree)."""
+    err = (h_flat - ref_flat).abs()
+    graph = torch.repeat_interleave(torch.arange(len(batch.n_ao), device=err.device), batch.n_ao ** 2)
+    return torch.zeros(len(batch.n_ao), dtype=err.dtype, device=err.device).index_add(0, graph, err) / batch.n_ao ** 2
+
+
+def gauge_shift(h_flat: torch.Tensor, ref_flat: torch.Tensor, batch) -> torch.Tensor:
+    """Per-graph ``μ = ⟨H_pred − H_ref, S⟩ / ⟨S, S⟩`` (refs/HAMILTONIAN.md), expanded to ``(F,)``."""
+    graph = torch.repeat_interleave(torch.arange(len(batch.n_ao), device=h_flat.device), batch.n_ao ** 2)
+    zeros = torch.zeros(len(batch.n_ao), dtype=h_flat.dtype, device=h_flat.device)
+    num = zeros.index_add(0, graph, (h_flat - ref_flat) * batch.s)
+    den = zeros.index_add(0, graph, batch.s * batch.s)
+    return (num / den)[graph]
+
+
+def hamiltonian_loss(pred_norm: tuple, target_norm: tuple, masks: tuple, eps_pred: torch.Tensor | None,
+                     eps_ref: torch.Tensor, weights: dict) -> dict[str, torch.Tensor]:
+    """Weighted sum of the real-space term and the orbital-energy term.
+
+    Parameters
+    ----------
+    pred_norm : tuple
+        (node, edge) normalised predicted irreps ``(N, Dn)``, ``(E, De)``.
+    target_norm : tuple
+        Same for the target.
+    masks : tuple
+        (node, edge) bool masks of the components each item uses.
+    eps_pred : torch.Tensor or None
+        ``(K,)`` predicted orbital energies, Hartree (None skips the term).
+    eps_ref : torch.Tensor
+        ``(K,)`` reference orbital energies, Hartree.
+    weights : dict
+        ``real`` (weight of the normalised block MSE), ``eig`` (weight of the orbital-energy MSE) and
+        ``eig_scale`` (Hartree unit of that MSE, default 1e-3).
+
+    Returns
+    -------
+    dict with ``loss``, ``real``, ``eig`` (scalars).
+
+    """
+    real = sum(((p - t) ** 2)[m].sum() for p, t, m in zip(pred_norm, target_norm, masks, strict=True))
+    real = real / sum(m.sum() for m in masks).clamp_min(1)
+    eig = torch.zeros((), dtype=torch.float64, device=real.device)
+    if eps_pred is not None and weights.get("eig", 0) > 0:
+        eig = (((eps_pred - eps_ref) / weights.get("eig_scale", 1e-3)) ** 2).mean()
+    loss = weights.get("real", 1.0) * real + weights.get("eig", 0.0) * eig
+    return {"loss": loss, "real": real.detach(), "eig": eig.detach()}

@@ -1,0 +1,97 @@
+"""Equivariant building blocks of the Hamiltonian network (e3nn).
+
+- :func:`gate_irreps` / :class:`GatedLinear`: linear map followed by e3nn's gated nonlinearity
+  (Weiler et al. 2018): scalars go through SiLU, each higher-l channel is multiplied by a sigmoid gate.
+- :class:`EdgeConvolution`: the NequIP/SE(3)-Transformer message ``m_ij = Σ_path w_path(r_ij) h_j ⊗ Y(r̂_ij)``
+  (``uvu`` tensor product, weights from a radial MLP).
+- :class:`Attention`: invariant attention weights over the incoming edges of each atom,
+  ``α_ij = σ(MLP([s_i, s_j, φ_ij]))`` (Equiformer-lite: scalar weights, equivariant values; sigmoid rather
+  than softmax so that the number of neighbours still shows in the sum, as in Matformer's gated attention).
+"""
+
+from __future__ import annotations
+
+import torch
+from e3nn import o3
+from e3nn.nn import Gate
+from torch import nn
+from torch_geometric.utils import softmax
+
+
+def gate_irreps(irreps: o3.Irreps) -> tuple[o3.Irreps, o3.Irreps, o3.Irreps]:
+    """Split ``irreps`` into (scalars ``0e``, gates ``n×0e``, gated non-scalars) for :class:`e3nn.nn.Gate`."""
+    irreps = o3.Irreps(irreps).simplify()
+    scalars = o3.Irreps([(m, ir) for m, ir in irreps if ir.l == 0 and ir.p == 1])
+    gated = o3.Irreps([(m, ir) for m, ir in irreps if not (ir.l == 0 and ir.p == 1)])
+    return scalars, o3.Irreps(f"{gated.num_irreps}x0e") if gated.num_irreps else o3.Irreps(""), gated
+
+
+class GatedLinear(nn.Module):
+    """``Gate(Linear(x))``: irreps_in → irreps_out with a gated nonlinearity; ``irreps_out`` must hold ``0e``."""
+
+    def __init__(self, irreps_in, irreps_out) -> None:
+        super().__init__()
+        scalars, gates, gated = gate_irreps(irreps_out)
+        self.gate = Gate(scalars, [nn.functional.silu], gates, [torch.sigmoid], gated)
+        self.linear = o3.Linear(irreps_in, self.gate.irreps_in)
+        self.irreps_in, self.irreps_out = o3.Irreps(irreps_in), self.gate.irreps_out
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``(n, irreps_in.dim)`` → ``(n, irreps_out.dim)``."""
+        return self.gate(self.linear(x))
+
+
+class EdgeConvolution(nn.Module):
+    """``m_ij = Linear(Σ_path w_path(φ_ij) · (h_j ⊗ Y(r̂_ij))_path)``, paths restricted to ``irreps_out``.
+
+    Parameters
+    ----------
+    irreps_in, irreps_sh, irreps_out : e3nn irreps
+        Node features, spherical harmonics of the edge direction, output features.
+    n_invariants : int
+        Length of the per-edge invariant vector ``φ_ij`` (radial basis, edge scalars) feeding the weights.
+    hidden : int
+        Width of the radial MLP.
+
+    """
+
+    def __init__(self, irreps_in, irreps_sh, irreps_out, n_invariants: int, hidden: int = 64) -> None:
+        super().__init__()
+        irreps_in, irreps_sh, irreps_out = o3.Irreps(irreps_in), o3.Irreps(irreps_sh), o3.Irreps(irreps_out)
+        mid, instructions = [], []
+        for i, (mul, ir_in) in enumerate(irreps_in):
+            for j, (_, ir_sh) in enumerate(irreps_sh):
+                for ir in ir_in * ir_sh:
+                    if ir in irreps_out:
+                        instructions.append((i, j, len(mid), "uvu", True))
+                        mid.append((mul, ir))
+        self.tp = o3.TensorProduct(irreps_in, irreps_sh, o3.Irreps(mid), instructions,
+                                   shared_weights=False, internal_weights=False)
+        self.radial = nn.Sequential(nn.Linear(n_invariants, hidden), nn.SiLU(), nn.Linear(hidden, self.tp.weight_numel))
+        self.linear = o3.Linear(self.tp.irreps_out, irreps_out)
+        self.irreps_out = irreps_out
+
+    def forward(self, h_src: torch.Tensor, sh: torch.Tensor, invariants: torch.Tensor) -> torch.Tensor:
+        """``(E, in) × (E, sh) × (E, n_invariants)`` → ``(E, out)``."""
+        return self.linear(self.tp(h_src, sh, self.radial(invariants)))
+
+
+class Attention(nn.Module):
+    """Per-head weights of each atom's incoming edges from invariant features.
+
+    ``α_ij^h = σ(MLP([s_i, s_j, φ_ij])_h)``, or a softmax over ``j ∈ N(i)`` when ``softmax=True``;
+    returns ``(E, heads)``.
+    """
+
+    def __init__(self, n_scalars: int, n_invariants: int, heads: int = 1, hidden: int = 32,
+                 softmax: bool = False) -> None:
+        super().__init__()
+        self.softmax = softmax
+        self.mlp = nn.Sequential(nn.Linear(2 * n_scalars + n_invariants, hidden), nn.SiLU(), nn.Linear(hidden, heads))
+
+    def forward(self, s: torch.Tensor, invariants: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+        dst, src = edge_index
+        logits = self.mlp(torch.cat([s[dst], s[src], invariants], dim=-1))
+        if self.softmax:
+            return softmax(logits, dst, num_nodes=s.shape[0], dim=0)
+        return torch.sigmoid(logits)

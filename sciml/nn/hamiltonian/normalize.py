@@ -1,0 +1,64 @@
+"""Per-type, per-irrep normalisation of block irreps (frozen from the training split).
+
+For items (atoms or edges) of type ``t`` (element or element pair) and irreps component ``c``:
+
+    x̂ = (x − μ_t) / σ_t,
+
+with ``μ_t`` the training mean on invariant channels (``0e``) and zero elsewhere, and ``σ_t`` the RMS of
+each irrep instance over its ``2L+1`` components and the training items (one scale per irrep instance, so
+the map commutes with rotations). Unused channels get ``σ = 1``. This is the "predict ΔH normalised per
+block type" of the design: orders of magnitude differ between core, valence and far-pair blocks.
+"""
+
+from __future__ import annotations
+
+import torch
+from e3nn import o3
+from torch import nn
+
+
+def irrep_instances(irreps: o3.Irreps) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(dim,)`` instance index of each component and ``(dim,)`` bool marking invariant (``0e``) components."""
+    inst, scalar, k = [], [], 0
+    for mul, ir in o3.Irreps(irreps):
+        for _ in range(mul):
+            inst += [k] * ir.dim
+            scalar += [ir.l == 0 and ir.p == 1] * ir.dim
+            k += 1
+    return torch.tensor(inst), torch.tensor(scalar)
+
+
+class IrrepsNormalizer(nn.Module):
+    """Buffers ``mean``, ``std`` of shape ``(n_types, dim)``; see the module docstring."""
+
+    def __init__(self, mean, std) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.as_tensor(mean, dtype=torch.float64))
+        self.register_buffer("std", torch.as_tensor(std, dtype=torch.float64))
+
+    @staticmethod
+    def statistics(x: torch.Tensor, types: torch.Tensor, irreps: o3.Irreps, n_types: int,
+                   floor: float = 1e-9) -> tuple[list, list]:
+        """``(mean, std)`` as nested lists from items ``x (n, dim)`` with types ``(n,)``."""
+        inst, scalar = irrep_instances(irreps)
+        n_inst = int(inst.max()) + 1 if len(inst) else 0
+        mean = torch.zeros(n_types, x.shape[1], dtype=torch.float64)
+        std = torch.ones(n_types, x.shape[1], dtype=torch.float64)
+        for t in range(n_types):
+            xt = x[types == t].double()
+            if len(xt) == 0:
+                continue
+            mean[t] = torch.where(scalar, xt.mean(0), torch.zeros(()))
+            ms = torch.zeros(n_inst, dtype=torch.float64).index_add_(0, inst, ((xt - mean[t]) ** 2).mean(0))
+            ms = ms / torch.bincount(inst, minlength=n_inst)
+            rms = ms.sqrt()
+            std[t] = torch.where(rms[inst] > floor, rms[inst], torch.ones(()))
+        return mean.tolist(), std.tolist()
+
+    def normalize(self, x: torch.Tensor, types: torch.Tensor) -> torch.Tensor:
+        """``(x − μ_t) / σ_t`` in ``x``'s dtype."""
+        return ((x - self.mean[types].to(x)) / self.std[types].to(x))
+
+    def denormalize(self, x: torch.Tensor, types: torch.Tensor) -> torch.Tensor:
+        """``x̂ σ_t + μ_t`` in float64 (Hartree)."""
+        return x.double() * self.std[types] + self.mean[types]
