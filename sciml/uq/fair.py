@@ -132,22 +132,32 @@ class FairConformal(nn.Module):
         return self
 
     @torch.no_grad()
-    def group_pvalues(self, z: Tensor, all_scores: Tensor, generator: torch.Generator | None = None) -> Tensor:
-        """``max_{k ∋ test} p_k(y)`` for every test point and label, ``(m, K)``; 0 outside every group."""
+    def membership(self, z: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        """Test memberships ``Bernoulli(g(z))`` in each drawn group, bool ``(m, n_groups)``."""
+        draw = torch.rand(z.shape[0], self.n_groups, generator=generator, dtype=torch.float64)
+        return draw < self.group_prob(z).unsqueeze(-1)
+
+    @torch.no_grad()
+    def group_pvalues(self, z: Tensor, all_scores: Tensor, generator: torch.Generator | None = None,
+                      test_in: Tensor | None = None) -> Tensor:
+        """``max_{k ∋ test} p_k(y)`` for every test point and label, ``(m, K)``; 0 outside every group.
+
+        ``test_in`` ``(m, n_groups)`` overrides the memberships drawn by :meth:`membership`.
+        """
         if self.scores.numel() == 0:
             raise RuntimeError("FairConformal is not fitted; call fit(z, scores) first")
-        test_in = torch.rand(z.shape[0], self.n_groups, generator=generator, dtype=torch.float64)
-        test_in = test_in < self.group_prob(z).unsqueeze(-1)  # (m, n_groups)
+        test_in = self.membership(z, generator) if test_in is None else test_in
         best = torch.zeros_like(all_scores, dtype=torch.float64)
         for k in range(self.n_groups):
             p_k = conformal_pvalues(self.group_scores[self.members[k]].sort().values, all_scores.double())
             best = torch.where(test_in[:, k : k + 1], torch.maximum(best, p_k), best)
         return best
 
-    def predict_set(self, z: Tensor, all_scores: Tensor, generator: torch.Generator | None = None) -> LabelSet:
+    def predict_set(self, z: Tensor, all_scores: Tensor, generator: torch.Generator | None = None,
+                    test_in: Tensor | None = None) -> LabelSet:
         """``{y : max_k p_k(y) >= α} ∪ {y : p(y) >= α}`` for features ``(m, d)`` and label scores ``(m, K)``."""
         marginal = conformal_pvalues(self.scores, all_scores.double()) >= self.alpha
-        return LabelSet(marginal | (self.group_pvalues(z, all_scores, generator) >= self.alpha))
+        return LabelSet(marginal | (self.group_pvalues(z, all_scores, generator, test_in) >= self.alpha))
 
     def forward(self, z: Tensor, all_scores: Tensor, generator: torch.Generator | None = None) -> LabelSet:
         """Alias of :meth:`predict_set`."""
