@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 
 #: sub-verb -> module implementing it
-KINDS: dict[str, str] = {"grn": "sciml.cli.data_grn"}
+KINDS: dict[str, str] = {"grn": "sciml.cli.data_grn", "hamiltonian": "sciml.cli.data_hamiltonian"}
 
 
 def add_parser(sub, name: str) -> None:
