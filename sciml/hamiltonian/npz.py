@@ -16,7 +16,7 @@ from sciml.hamiltonian.orbitals import OrbitalLayout
 from sciml.hamiltonian.structure import HamiltonianStructure
 from sciml.io.atomic import atomic_open
 
-__all__ = ["ARRAYS", "default_ao_labels", "read_npz", "write_npz"]
+__all__ = ["ARRAYS", "default_ao_labels", "merge_npz", "read_npz", "write_arrays", "write_npz"]
 
 #: block name -> npz array
 ARRAYS = {"H": "hamiltonian", "H0": "hamiltonian_0", "S": "overlap"}
@@ -99,21 +99,59 @@ def write_npz(path: str | Path, structures: list[HamiltonianStructure], layout: 
             raise ValueError("write_npz stores conformers of one molecule: same atoms, no lattice "
                              f"(got {s.meta.get('source', 'a structure')} with atoms {s.numbers.tolist()})")
     names = [n for n in ARRAYS if all(n in s.blocks for s in structures)]
-    arrays = {"atomic_numbers": numbers, "positions_angstrom": np.stack([s.positions for s in structures]),
-              "ao_labels": np.asarray(ao_labels if ao_labels is not None else default_ao_labels(layout, numbers))}
-    for n in names:
-        arrays[ARRAYS[n]] = np.stack([s.to_dense(n, layout, order="pyscf") for s in structures])
+    mats = {n: np.stack([s.to_dense(n, layout, order="pyscf") for s in structures]) for n in names}
     metas = [s.meta for s in structures]
-    arrays["energy_hartree"] = np.asarray([m.get("energy", np.nan) for m in metas], dtype=np.float64)
-    arrays["scf_seconds"] = np.asarray([m.get("scf_seconds", np.nan) for m in metas], dtype=np.float64)
-    arrays["n_occupied"] = np.asarray(int(metas[0].get("n_occupied", -1)))
+    meta = {**metas[0], "energy": [m.get("energy", np.nan) for m in metas],
+            "scf_seconds": [m.get("scf_seconds", np.nan) for m in metas]}
+    labels = ao_labels if ao_labels is not None else default_ao_labels(layout, numbers)
+    return write_arrays(path, numbers, np.stack([s.positions for s in structures]), mats, labels, meta)
+
+
+def write_arrays(path: str | Path, numbers, positions: np.ndarray, mats: dict[str, np.ndarray], ao_labels,
+                 meta: dict) -> Path:
+    """Write raw arrays in the shared format, atomically (matrices already in pyscf order, Hartree).
+
+    ``positions`` (n_conf, n_atoms, 3) Å; ``mats`` name -> (n_conf, n_ao, n_ao); ``meta`` with ``energy`` and
+    ``scf_seconds`` (scalar or (n_conf,)), ``n_occupied``, ``basis``, ``xc``.
+    """
+    n_conf = len(positions)
+    arrays = {"atomic_numbers": np.asarray(numbers, dtype=np.int64),
+              "positions_angstrom": np.asarray(positions, dtype=np.float64), "ao_labels": np.asarray(ao_labels)}
+    for name, m in mats.items():
+        arrays[ARRAYS[name]] = np.asarray(m, dtype=np.float64)
+    for key, name in (("energy_hartree", "energy"), ("scf_seconds", "scf_seconds")):
+        arrays[key] = np.broadcast_to(np.asarray(meta.get(name, np.nan), dtype=np.float64), (n_conf,)).copy()
+    arrays["n_occupied"] = np.asarray(int(meta.get("n_occupied", -1)))
     for key in ("basis", "xc"):
-        if key in metas[0]:
-            arrays[key] = np.asarray(str(metas[0][key]))
+        if key in meta:
+            arrays[key] = np.asarray(str(meta[key]))
     arrays["units"] = np.asarray(_UNITS)
     path = Path(path)
     with atomic_open(path, "wb") as handle:
         np.savez(handle, **arrays)
+    return path
+
+
+_PER_CONFORMER = ("positions_angstrom", "hamiltonian", "hamiltonian_0", "overlap", "energy_hartree", "scf_seconds")
+
+
+def merge_npz(paths: list[str | Path], out: str | Path) -> Path:
+    """Concatenate shared-format files of one molecule (same atoms and AO labels) into ``out``, atomically."""
+    if not paths:
+        raise ValueError("merge_npz needs at least one file")
+    parts = [dict(np.load(p, allow_pickle=False)) for p in paths]
+    first = parts[0]
+    for p, d in zip(paths, parts, strict=True):
+        for key in ("atomic_numbers", "ao_labels"):
+            if not np.array_equal(d[key], first[key]):
+                raise ValueError(f"{p}: {key} differs from {paths[0]}; cannot merge different molecules or bases")
+    merged = dict(first)
+    for key in _PER_CONFORMER:
+        if key in first:
+            merged[key] = np.concatenate([d[key] for d in parts])
+    path = Path(out)
+    with atomic_open(path, "wb") as handle:
+        np.savez(handle, **merged)
     return path
 
 

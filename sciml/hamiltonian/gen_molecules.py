@@ -1,0 +1,117 @@
+"""Molecular geometries for the Hamiltonian generator: the built-in MD17 set, xyz files, random conformers.
+
+The built-in geometries are hand-built near-equilibrium structures (standard bond lengths and angles, not
+optimised), the same kind of starting point as the shared data (``../shared/data/hamiltonian/README.md``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["MD17", "builtin_molecule", "displaced_conformers", "read_xyz_frames"]
+
+_WATER = [("O", 0.0, 0.0, 0.117), ("H", 0.0, 0.757, -0.469), ("H", 0.0, -0.757, -0.469)]
+_ETHANOL = [("C", 1.1879, -0.3829, 0.0), ("C", 0.0, 0.5526, 0.0), ("O", -1.1867, -0.2472, 0.0),
+            ("H", -1.9237, 0.3850, 0.0), ("H", 2.1181, 0.1829, 0.0), ("H", 1.1557, -1.0193, 0.8850),
+            ("H", 1.1557, -1.0193, -0.8850), ("H", 0.0606, 1.1948, 0.8856), ("H", 0.0606, 1.1948, -0.8856)]
+_SYMBOLS = {"H": 1, "C": 6, "N": 7, "O": 8}
+
+
+def _planar_ring(symbols, radius, substituents):
+    """Six-membered planar ring (regular hexagon, ``radius`` Å) with one radial substituent per listed atom.
+
+    ``substituents``: ring index -> (symbol, bond length Å). Returns [(symbol, x, y, z)].
+    """
+    atoms = []
+    for k, s in enumerate(symbols):
+        a = np.pi / 3 * k
+        atoms.append((s, radius * np.cos(a), radius * np.sin(a), 0.0))
+    for k, (s, d) in substituents.items():
+        a = np.pi / 3 * k
+        atoms.append((s, (radius + d) * np.cos(a), (radius + d) * np.sin(a), 0.0))
+    return atoms
+
+
+def _malondialdehyde():
+    """Enol form: quasi-ring O1=C1-C2=C3-O2-H (hydrogen bond H...O1), built bond by bond in the plane."""
+    ring = ["O", "C", "C", "C", "O"]
+    bonds = [1.24, 1.42, 1.37, 1.32]  # O1=C1, C1-C2, C2=C3, C3-O2 (Å)
+    interior = [124.0, 119.0, 124.0]  # angles at C1, C2, C3 (degrees)
+    pts, heading = [np.zeros(2)], 0.0
+    for k, d in enumerate(bonds):
+        pts.append(pts[-1] + d * np.array([np.cos(heading), np.sin(heading)]))
+        if k < len(interior):
+            heading += np.radians(180.0 - interior[k])
+    atoms = [(s, *p, 0.0) for s, p in zip(ring, pts, strict=True)]
+    o2 = pts[4]
+    heading += np.radians(180.0 - 106.0)  # C3-O2-H angle
+    atoms.append(("H", *(o2 + 1.00 * np.array([np.cos(heading), np.sin(heading)])), 0.0))
+    for k, d in ((1, 1.10), (2, 1.08), (3, 1.09)):  # H on C1, C2, C3 along the external bisector
+        out = -(_unit(pts[k - 1] - pts[k]) + _unit(pts[k + 1] - pts[k]))
+        atoms.append(("H", *(pts[k] + d * _unit(out)), 0.0))
+    return atoms
+
+
+def _unit(v):
+    return v / np.linalg.norm(v)
+
+
+# uracil: ring N1 C2 N3 C4 C5 C6 (bonds ~1.38-1.40 Å); O on C2 and C4, H on N1, N3, C5, C6
+_URACIL = _planar_ring(["N", "C", "N", "C", "C", "C"], 1.39,
+                       {0: ("H", 1.01), 1: ("O", 1.22), 2: ("H", 1.01), 3: ("O", 1.22), 4: ("H", 1.08),
+                        5: ("H", 1.08)})
+
+#: built-in molecules (symbol, x, y, z in Å)
+MD17 = {"water": _WATER, "ethanol": _ETHANOL, "malondialdehyde": _malondialdehyde(), "uracil": _URACIL}
+
+
+def builtin_molecule(name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Atomic numbers (n,) and positions (n, 3) Å of a built-in molecule."""
+    if name not in MD17:
+        raise ValueError(f"unknown molecule {name!r}; built-in: {', '.join(MD17)} (or pass --xyz FILE)")
+    atoms = MD17[name]
+    return (np.array([_SYMBOLS[a[0]] for a in atoms], dtype=np.int64),
+            np.array([a[1:] for a in atoms], dtype=np.float64))
+
+
+def displaced_conformers(positions: np.ndarray, n: int, sigma: float, seed: int, start: int = 0) -> np.ndarray:
+    """Conformers ``start .. start+n-1``: every coordinate displaced by N(0, sigma²) Å, shape (n, n_atoms, 3).
+
+    Conformer k uses its own generator ``default_rng([seed, k])``, so it does not depend on ``n`` (resuming or
+    extending a dataset reproduces the same geometries).
+    """
+    if sigma < 0:
+        raise ValueError(f"--sigma must be >= 0 Å, got {sigma}")
+    return np.stack([positions + sigma * np.random.default_rng([seed, k]).normal(size=positions.shape)
+                     for k in range(start, start + n)])
+
+
+def read_xyz_frames(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
+    """Read a (multi-frame) xyz file: atomic numbers (n_atoms,) and positions (n_frames, n_atoms, 3) in Å.
+
+    Raises
+    ------
+    ValueError
+        If the file cannot be parsed or frames differ in their atoms.
+
+    """
+    import ase.io
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"xyz file {path} does not exist")
+    try:
+        frames = ase.io.read(path, index=":", format="extxyz")
+    except Exception as err:
+        raise ValueError(f"{path} is not a readable xyz file ({type(err).__name__}: {err}); expected lines "
+                         "'n_atoms', 'comment', then 'Symbol x y z' in Å") from err
+    if not frames:
+        raise ValueError(f"{path} holds no frames")
+    numbers = frames[0].numbers.astype(np.int64)
+    for k, f in enumerate(frames):
+        if not np.array_equal(f.numbers, numbers):
+            raise ValueError(f"{path}: frame {k} has atoms {f.get_chemical_formula()}, frame 0 "
+                             f"{frames[0].get_chemical_formula()}; a trajectory must keep the same atoms in order")
+    return numbers, np.stack([f.positions for f in frames]).astype(np.float64)
