@@ -1,0 +1,104 @@
+import numpy as np
+import pytest
+
+pytest.importorskip("anndata")
+
+from sciml.cells.anndata_io import DataError, read_h5ad, select_hvg, write_h5ad  # noqa: E402
+from sciml.cells.datamodule import PerturbationDataModule  # noqa: E402
+from sciml.cells.table import load_table  # noqa: E402
+from sciml.cells.toy import toy_adata  # noqa: E402
+
+
+def write(adata, tmp_path, name="toy.h5ad"):
+    return write_h5ad(adata, tmp_path / name)
+
+
+def test_round_trip_and_no_temp_left(tmp_path):
+    adata = toy_adata()
+    path = write(adata, tmp_path)
+    back = read_h5ad(path)
+    np.testing.assert_array_equal(back.X, adata.X)
+    assert list(back.obs["condition"]) == list(adata.obs["condition"])
+    assert [p.name for p in tmp_path.iterdir()] == ["toy.h5ad"]
+
+
+def test_missing_file_and_garbage(tmp_path):
+    with pytest.raises(DataError, match="no such file"):
+        read_h5ad(tmp_path / "nope.h5ad")
+    bad = tmp_path / "bad.h5ad"
+    bad.write_text("not hdf5")
+    with pytest.raises(DataError, match="bad.h5ad.*not a readable"):
+        read_h5ad(bad)
+
+
+def test_missing_condition_column(tmp_path):
+    path = write(toy_adata(key="perturbation"), tmp_path)
+    with pytest.raises(DataError, match=r"toy.h5ad: obs has no column 'condition'.*condition_key to 'perturbation'"):
+        load_table(path, condition_key="condition")
+
+
+def test_unknown_control_label(tmp_path):
+    path = write(toy_adata(control_label="control", key="perturbation"), tmp_path)
+    with pytest.raises(DataError, match=r"no control cells labelled 'ctrl'.*data.control_label"):
+        load_table(path, condition_key="perturbation", control_label="ctrl")
+    table = load_table(path, condition_key="perturbation", control_label="control")
+    assert "g00+ctrl" in table.perturbation and table.perturbation["ctrl"] == ()
+
+
+def test_nan_named(tmp_path):
+    adata = toy_adata()
+    adata.X[5, 3] = np.nan
+    with pytest.raises(DataError, match=r"toy.h5ad: X holds 1 NaN/inf values.*first cell index 5"):
+        load_table(write(adata, tmp_path))
+
+
+def test_inf_in_counts_layer(tmp_path):
+    adata = toy_adata()
+    adata.layers["counts"] = np.round(np.expm1(adata.X))
+    adata.layers["counts"][2, 0] = np.inf
+    with pytest.raises(DataError, match=r"layers\['counts'\] holds 1 NaN/inf"):
+        load_table(write(adata, tmp_path), counts_layer="counts")
+
+
+def test_counts_in_x_refused_and_layer_normalised(tmp_path):
+    adata = toy_adata()
+    counts = np.round(np.expm1(adata.X)).astype(np.float32)
+    adata.layers["counts"] = counts.copy()
+    adata.X = counts
+    path = write(adata, tmp_path)
+    with pytest.raises(DataError, match="looks like raw counts.*counts_layer"):
+        load_table(path)
+    table = load_table(path, counts_layer="counts", target_sum=1e4)
+    expected = np.log1p(counts / counts.sum(1, keepdims=True) * 1e4)
+    np.testing.assert_allclose(table.x, expected, rtol=1e-5)
+    with pytest.raises(DataError, match="layers has no 'raw'"):
+        load_table(path, counts_layer="raw")
+
+
+def test_gene_order_and_missing_genes(tmp_path):
+    adata = toy_adata()
+    path = write(adata, tmp_path)
+    genes = list(adata.var_names)
+    assert load_table(path, genes=genes[2:6]).var_names == genes[2:6]
+    with pytest.raises(DataError, match="different order.*adata\\[:, genes\\]"):
+        load_table(path, genes=[genes[3], genes[1]])
+    with pytest.raises(DataError, match="lack 1 of the model's genes \\(GENEX\\)"):
+        load_table(path, genes=genes[:3] + ["GENEX"])
+
+
+def test_unknown_gene_in_datamodule_named(tmp_path):
+    dm = PerturbationDataModule(str(write(toy_adata(), tmp_path)), split={"kind": "additive"})
+    dm.setup()
+    assert dm.encode("g01+g00") == [0, 1]
+    with pytest.raises(ValueError, match="NOTAGENE"):
+        dm.encode("NOTAGENE+g00")
+
+
+def test_hvg_keeps_perturbed_genes_in_var_order():
+    rng = np.random.default_rng(0)
+    x = np.log1p(rng.poisson(rng.uniform(0.5, 20, 40), (200, 40))).astype(np.float32)
+    names = [f"g{i:02d}" for i in range(40)]
+    chosen = select_hvg(x, names, 10, keep=["g00", "g39"])
+    assert {"g00", "g39"} <= set(chosen) and 10 <= len(chosen) <= 12
+    assert chosen == sorted(chosen)
+    assert select_hvg(x, names, None) == names
