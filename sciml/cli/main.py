@@ -10,9 +10,10 @@ import argparse
 import os
 import sys
 
-from sciml.cli import crystal, data, export, fit
+from sciml.cli import calibrate, crystal, data, export, fit
 
-VERBS = {"fit": fit, "validate": fit, "test": fit, "export": export, "crystal": crystal, "data": data}
+VERBS = {"fit": fit, "validate": fit, "test": fit, "export": export, "crystal": crystal, "data": data,
+         "calibrate": calibrate}
 
 
 def build_parser() -> argparse.ArgumentParser:
