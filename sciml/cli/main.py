@@ -10,10 +10,10 @@ import argparse
 import os
 import sys
 
-from sciml.cli import calibrate, crystal, data, export, fit
+from sciml.cli import calibrate, crystal, data, export, fit, hamiltonian
 
 VERBS = {"fit": fit, "validate": fit, "test": fit, "export": export, "crystal": crystal, "data": data,
-         "calibrate": calibrate}
+         "calibrate": calibrate, "hamiltonian": hamiltonian}
 
 
 def build_parser() -> argparse.ArgumentParser:

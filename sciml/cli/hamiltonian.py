@@ -1,0 +1,42 @@
+"""``sciml hamiltonian predict --model DIR FILE.xyz... --output DIR [--alpha A] [--reference H.npy] [--plot]``."""
+
+from __future__ import annotations
+
+import sys
+
+
+def add_parser(sub, name: str) -> None:
+    """Register ``hamiltonian`` and its sub-verb ``predict``."""
+    p = sub.add_parser(name, help="electronic-structure Hamiltonian prediction")
+    verbs = p.add_subparsers(dest="hamiltonian_verb", required=True)
+    q = verbs.add_parser("predict", help="predict H, orbital energies and the HOMO-LUMO gap of molecules (.xyz, Å)")
+    q.add_argument("inputs", nargs="+", help=".xyz files (one molecule each, Å)")
+    q.add_argument("--model", default=None, help="artifact folder (default: checkpoints/water-pbe-def2svp)")
+    q.add_argument("--output", required=True, help="output folder (one sub-folder per input)")
+    q.add_argument("--alpha", type=float, default=0.1, help="miscoverage of the conformal intervals")
+    q.add_argument("--reference", nargs="*", default=None,
+                   help="reference H (.npy, pyscf AO order, Hartree), one per input, for --plot and errors")
+    q.add_argument("--plot", action="store_true", help="draw predicted (and reference) orbital levels")
+    q.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    q.set_defaults(run=run_predict)
+
+
+def run_predict(args, overrides: list[str]) -> int:
+    """Predict every input and write its folder; print a one-line summary per molecule."""
+    import torch
+
+    from sciml.hamiltonian.predict import DEFAULT_MODEL, load_model, predict_files
+
+    torch.set_num_threads(args.threads)
+    if not 0 < args.alpha < 1:
+        raise ValueError(f"--alpha must lie in (0, 1), got {args.alpha}")
+    if args.reference is not None and len(args.reference) != len(args.inputs):
+        raise ValueError(f"--reference needs one file per input ({len(args.inputs)}), got {len(args.reference)}")
+    predictor = load_model(args.model or DEFAULT_MODEL)
+    for row in predict_files(args.inputs, predictor, args.output, args.alpha, args.reference, args.plot):
+        gap = f"gap {row['gap_ev']:.3f} eV [{row['gap_lower_ev']:.3f}, {row['gap_upper_ev']:.3f}]" \
+            if "gap_ev" in row else "no gap (no virtual orbital predicted)"
+        print(f"{row['source']}: HOMO {row['homo_ev']:.3f} eV, {gap} -> {row['folder']}")
+    print(f"wrote {len(args.inputs)} folder(s) under {args.output}; energies in eV and Hartree, "
+          f"{100 * (1 - args.alpha):.0f}% conformal intervals per orbital", file=sys.stderr)
+    return 0

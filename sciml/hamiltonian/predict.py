@@ -1,0 +1,224 @@
+"""Predict Kohn–Sham Hamiltonians, orbital energies and HOMO–LUMO gaps of molecules from ``.xyz`` files.
+
+Pipeline per molecule: read the geometry (Å) → pyscf builds the overlap ``S`` and the zeroth-step ``H0``
+(Fock matrix of the minao initial-guess density) in the model's basis → the network predicts ``H`` → orbital
+energies from ``H C = S C ε`` with split-conformal intervals (the artifact's calibrator, fitted on the
+calibration split's orbital energies). pyscf is needed for ``S`` and ``H0`` of new geometries (extra
+``quantum``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from sciml.hamiltonian.data import bases, collate, structure_to_sample
+from sciml.hamiltonian.orbitals import OrbitalLayout
+from sciml.hamiltonian.structure import HamiltonianStructure
+from sciml.io.artifact import ArtifactError, load_artifact
+from sciml.models.hamiltonian import HamiltonianModule
+from sciml.uq.split import calibrator_from_dict
+
+DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "checkpoints" / "water-pbe-def2svp"
+HARTREE_TO_EV = 27.211386245988
+
+
+@dataclass
+class HamiltonianPredictor:
+    """A loaded Hamiltonian model: module (eval mode), calibrator, orbital layout, level of theory."""
+
+    module: HamiltonianModule
+    calibrator: torch.nn.Module | None
+    layout: OrbitalLayout
+    basis: str
+    xc: str
+    path: Path
+
+
+def load_model(path: str | Path = DEFAULT_MODEL) -> HamiltonianPredictor:
+    """Load a Hamiltonian artifact folder (strict weights, JSON calibrator)."""
+    art = load_artifact(path)
+    if art.config.get("task") != "hamiltonian":
+        raise ArtifactError(f"{path}: task is {art.config.get('task')!r}, not a Hamiltonian model")
+    module = HamiltonianModule(**art.config["module"])
+    module.load_state_dict(art.state_dict, strict=True)
+    module.eval()
+    meta = art.config["module"].get("meta") or {}
+    calibrator = calibrator_from_dict(art.calibrator) if art.calibrator else None
+    return HamiltonianPredictor(module, calibrator, module.layout, str(meta.get("basis", "def2-svp")),
+                                str(meta.get("xc", "pbe")), Path(path))
+
+
+def read_xyz(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
+    """Atomic numbers ``(n,)`` and positions ``(n, 3)`` in Å of a single-frame ``.xyz`` file."""
+    from pymatgen.core import Molecule
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    try:
+        mol = Molecule.from_file(str(path))
+    except Exception as err:
+        raise ValueError(f"{path}: not a readable .xyz file ({err.__class__.__name__}); expected 'n_atoms', a "
+                         "comment line, then 'Symbol x y z' lines in Å") from None
+    return np.array([site.specie.Z for site in mol], dtype=np.int64), np.asarray(mol.cart_coords, dtype=np.float64)
+
+
+def check_elements(numbers, layout: OrbitalLayout, source: str) -> None:
+    """Raise a one-line ValueError naming elements the model was not trained on."""
+    from pymatgen.core import Element
+
+    unknown = sorted({int(z) for z in numbers} - set(layout.elements()))
+    if unknown:
+        names = ", ".join(Element.from_Z(z).symbol for z in unknown)
+        known = ", ".join(Element.from_Z(z).symbol for z in layout.elements())
+        raise ValueError(f"{source}: element(s) {names} are outside the trained orbital basis ({known}); "
+                         "use a model trained on these elements")
+
+
+def zeroth_step(numbers, positions, basis: str, xc: str, layout: OrbitalLayout, source: str = "input",
+                grid_level: int = 3) -> dict:
+    """Pyscf ``S`` and ``H0`` (pyscf AO order, Hartree) and the number of doubly occupied orbitals.
+
+    Raises ImportError (one line) without pyscf, ValueError when pyscf's basis differs from the model's.
+    """
+    from sciml.hamiltonian.generate import import_pyscf
+
+    import_pyscf()
+    from pyscf import dft, gto
+
+    mol = gto.M(atom=[(int(z), tuple(p)) for z, p in zip(numbers, positions, strict=True)], basis=basis,
+                unit="Angstrom", verbose=0)
+    if mol.nelectron % 2:
+        raise ValueError(f"{source}: {mol.nelectron} electrons (open shell); only closed shells are supported")
+    got = OrbitalLayout.from_pyscf_mol(mol)
+    for z in set(int(v) for v in numbers):
+        if got.shells_of(z) != layout.shells_of(z):
+            raise ValueError(f"{source}: basis {basis!r} gives shells {got.shells_of(z)} for Z={z}, the model was "
+                             f"trained with {layout.shells_of(z)}; use the training basis")
+    mf = dft.RKS(mol)
+    mf.xc, mf.grids.level, mf.verbose = xc, grid_level, 0
+    return {"S": mf.get_ovlp(), "H0": mf.get_fock(dm=mf.get_init_guess(key="minao")),
+            "n_occupied": mol.nelectron // 2}
+
+
+def structure_from_matrices(numbers, positions, mats: dict, layout: OrbitalLayout, n_occupied: int,
+                            source: str) -> HamiltonianStructure:
+    """A molecule with ``H0`` and ``S`` (pyscf order) converted to e3nn blocks; clear errors if one is missing."""
+    for name in ("H0", "S"):
+        if mats.get(name) is None:
+            what = "overlap S" if name == "S" else "zeroth-step H0"
+            raise ValueError(f"{source}: missing {what}; the model needs both H0 and S (computed with pyscf)")
+    return HamiltonianStructure.from_dense(numbers, positions, {k: v for k, v in mats.items() if v is not None},
+                                           layout, meta={"n_occupied": int(n_occupied), "source": source})
+
+
+@torch.no_grad()
+def predict_structures(structures: list[HamiltonianStructure], predictor: HamiltonianPredictor,
+                       alpha: float | None = 0.1) -> list[dict]:
+    """Predicted ``H`` (e3nn order), orbital energies with conformal intervals, HOMO–LUMO gap per molecule.
+
+    The gap interval combines the HOMO and LUMO intervals, ``[lo_L − hi_H, hi_L − lo_H]``, so it covers with
+    probability ≥ 1 − 2α (Bonferroni) when each orbital interval covers with ≥ 1 − α.
+    """
+    m = predictor.module
+    meta = m.hparams.get("meta") or {}
+    nb, eb = bases(predictor.layout)
+    samples = [structure_to_sample(s, predictor.layout, nb, eb, float(meta.get("cutoff", 100.0)),
+                                   int(meta.get("n_virtual", 3)), with_target=False) for s in structures]
+    batch = collate(samples)
+    pred = m.predict_step(batch)
+    eps = pred.mean.double()
+    lower = upper = torch.full_like(eps, math.nan)
+    if predictor.calibrator is not None and alpha is not None:
+        interval = predictor.calibrator.predict_set(eps, alpha=alpha)
+        lower, upper = interval.lower, interval.upper
+    out, k0 = [], 0
+    for g, s in enumerate(structures):
+        n, k, occ = int(batch.n_ao[g]), int(batch.n_eig[g]), int(batch.n_occ[g])
+        a, b = int(batch.mat_ptr[g]), int(batch.mat_ptr[g + 1])
+        e, lo, hi = eps[k0:k0 + k], lower[k0:k0 + k], upper[k0:k0 + k]
+        k0 += k
+        res = {"source": s.meta.get("source", ""), "hamiltonian": pred.meta["hamiltonian"][a:b].reshape(n, n).numpy(),
+               "orbital_energies": e.tolist(), "lower": lo.tolist(), "upper": hi.tolist(), "n_occupied": occ,
+               "alpha": alpha}
+        if k > occ:
+            res |= {"homo": float(e[occ - 1]), "lumo": float(e[occ]), "gap": float(e[occ] - e[occ - 1]),
+                    "gap_lower": float(lo[occ] - hi[occ - 1]), "gap_upper": float(hi[occ] - lo[occ - 1])}
+        out.append(res)
+    return out
+
+
+def _ev(values) -> list[float]:
+    return [float(v) * HARTREE_TO_EV for v in values]
+
+
+def write_prediction(folder: Path, structure: HamiltonianStructure, result: dict, s_pyscf: np.ndarray,
+                     predictor: HamiltonianPredictor, reference: np.ndarray | None = None) -> dict:
+    """Write one molecule's outputs (atomically, each file) and return its summary row (eV).
+
+    Files: the DeepH folder ``deeph/`` (``hamiltonians.h5``, ``overlaps.h5``, ``hamiltonians_0.h5``; Hartree),
+    ``hamiltonian.npy`` and ``overlap.npy`` (pyscf AO order, Hartree: ``pyscf`` users load them directly),
+    ``eigenvalues.json`` (orbital energies, intervals, HOMO/LUMO/gap in Hartree and eV).
+    """
+    import json
+
+    from sciml.hamiltonian.deeph import write_deeph
+    from sciml.io.atomic import atomic_open, atomic_write_text
+
+    layout, numbers = predictor.layout, structure.numbers
+    h_e3nn = result["hamiltonian"]
+    h_pyscf = layout.to_pyscf(h_e3nn, numbers)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, mat in (("hamiltonian.npy", h_pyscf), ("overlap.npy", s_pyscf)):
+        with atomic_open(folder / name, "wb") as handle:
+            np.save(handle, mat)
+    out = HamiltonianStructure.from_dense(numbers, structure.positions, {"H": h_e3nn}, layout,
+                                          meta=dict(structure.meta) | {"model": str(predictor.path)}, order="e3nn")
+    out.blocks |= {k: v for k, v in structure.blocks.items() if k in ("S", "H0")}
+    write_deeph(folder / "deeph", out, layout)
+    row = {"source": result["source"], "folder": str(folder), "n_occupied": result["n_occupied"],
+           "alpha": result["alpha"], "basis": predictor.basis, "xc": predictor.xc,
+           "orbital_energies_hartree": result["orbital_energies"], "lower_hartree": result["lower"],
+           "upper_hartree": result["upper"], "orbital_energies_ev": _ev(result["orbital_energies"]),
+           "lower_ev": _ev(result["lower"]), "upper_ev": _ev(result["upper"]),
+           "homo_ev": float(result["orbital_energies"][result["n_occupied"] - 1]) * HARTREE_TO_EV}
+    if "gap" in result:
+        row |= {k + "_ev": result[k] * HARTREE_TO_EV for k in ("homo", "lumo", "gap", "gap_lower", "gap_upper")}
+    if reference is not None:
+        from scipy.linalg import eigh
+
+        k = len(result["orbital_energies"])
+        ref = eigh(reference, s_pyscf, eigvals_only=True)[:k]
+        row["reference_orbital_energies_ev"] = _ev(ref)
+        row["h_mae_microhartree"] = float(np.abs(h_pyscf - reference).mean() * 1e6)
+    atomic_write_text(folder / "eigenvalues.json", json.dumps(row, indent=1))
+    return row
+
+
+def predict_files(paths, predictor: HamiltonianPredictor, output: str | Path, alpha: float = 0.1,
+                  references=None, plot: bool = False):
+    """Yield one summary row per ``.xyz`` file after writing its folder ``<output>/<stem>/``."""
+    output = Path(output)
+    for k, path in enumerate(paths):
+        numbers, positions = read_xyz(path)
+        check_elements(numbers, predictor.layout, str(path))
+        mats = zeroth_step(numbers, positions, predictor.basis, predictor.xc, predictor.layout, str(path))
+        structure = structure_from_matrices(numbers, positions, mats, predictor.layout, mats["n_occupied"], str(path))
+        reference = None
+        if references:
+            reference = np.load(references[k], allow_pickle=False)
+            if reference.shape != mats["S"].shape:
+                raise ValueError(f"{references[k]}: reference H has shape {reference.shape}, the molecule in {path} "
+                                 f"needs {mats['S'].shape} (pyscf AO order, {predictor.basis})")
+        result = predict_structures([structure], predictor, alpha)[0]
+        row = write_prediction(output / Path(path).stem, structure, result, mats["S"], predictor, reference)
+        if plot:
+            from sciml.hamiltonian.plot import plot_levels
+
+            row["plot"] = str(plot_levels(row, output / Path(path).stem / "levels.png"))
+        yield row
