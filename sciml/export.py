@@ -50,6 +50,10 @@ def export(ckpt: str | Path, output: str | Path, calibrate: bool = True, alpha: 
     ckpt = Path(ckpt)
     state = load_lightning_checkpoint(ckpt)
     cfg = config or find_run_config(ckpt)
+    if cfg.get("task") == "hamiltonian":
+        from sciml.hamiltonian.export import export_hamiltonian
+
+        return export_hamiltonian(ckpt, output, cfg, calibrate, alpha, score)
     if cfg.get("task") != "crystal":
         raise ValueError(f"export supports task 'crystal' for now, config says {cfg.get('task')!r}")
     hparams = dict(state["hyper_parameters"])
