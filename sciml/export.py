@@ -12,8 +12,9 @@ from sciml.io.artifact import save_artifact
 from sciml.io.checkpoint import load_lightning_checkpoint
 from sciml.models.crystal import CrystalRegressor
 from sciml.tasks import DATAMODULES
-from sciml.uq import SplitConformal, coverage, mean_width
+from sciml.uq import coverage, mean_width
 from sciml.uq.callback import collect_predictions
+from sciml.uq.groups import build_calibrator, fit_calibrator, loader_structures, predict_interval
 
 
 def find_run_config(ckpt: Path) -> dict:
@@ -65,13 +66,14 @@ def export(ckpt: str | Path, output: str | Path, calibrate: bool = True, alpha: 
     metrics = {"test_mae": float((mean - y).abs().mean()), "data_sha256": file_sha256(cfg["data"]["path"])}
     calibrator = None
     if calibrate:
-        cal = SplitConformal(score=score, alpha=alpha)
+        cal = build_calibrator(cfg.get("calibration"), score, alpha)  # split, or mondrian with group_by
         cal_mean, cal_sigma, cal_y = (t.double() for t in collect_predictions(module, dm.calib_dataloader()))
-        cal.fit_predictions(cal_mean, cal_y, cal_sigma)
-        interval = cal.predict_set(mean.double(), sigma=sigma.double(), alpha=alpha)
+        fit_calibrator(cal, cal_mean, cal_y, cal_sigma, loader_structures(cal, dm.calib_dataloader()))
+        interval = predict_interval(cal, mean.double(), sigma.double(), alpha,
+                                    loader_structures(cal, dm.test_dataloader()))
         metrics |= {"test_coverage": float(coverage(interval, y.double())),
                     "test_width": float(mean_width(interval)), "alpha": alpha,
-                    "n_calib": int(cal.n_calib)}
+                    "n_calib": int(cal.scores.numel())}
         calibrator = cal.to_dict()
     art_cfg = {"task": "crystal", "module": hparams, "data": cfg["data"]}
     metadata = {"task": "crystal", "target": {k: hparams["target"][k] for k in ("name", "unit", "extensive")},

@@ -17,6 +17,7 @@ from sciml.data.elements import MAX_Z
 from sciml.data.graphs import structure_to_graph
 from sciml.data.sources import iter_structures
 from sciml.data.structures import StructureError
+from sciml.uq.groups import predict_interval
 
 
 def columns(target: str) -> list[str]:
@@ -58,7 +59,8 @@ def _predict_batch(good, predictor: CrystalPredictor, alpha: float | None) -> di
     pred = predictor.module.predict_step(Batch.from_data_list([g for *_, g in good]))
     lower = upper = torch.full_like(pred.mean, math.nan)
     if predictor.calibrator is not None and alpha is not None:
-        interval = predictor.calibrator.predict_set(pred.mean.double(), sigma=pred.sigma.double(), alpha=alpha)
+        interval = predict_interval(predictor.calibrator, pred.mean.double(), pred.sigma.double(), alpha,
+                                    [structure for _, _, structure, _, _ in good])  # groups if Mondrian
         lower, upper = interval.lower, interval.upper
     rows = {}
     for i, (k, source, structure, note, _) in enumerate(good):

@@ -52,11 +52,14 @@ class MondrianConformal(nn.Module):
 
     method = "mondrian"
 
-    def __init__(self, score: str = "absolute", alpha: float = 0.1) -> None:
+    def __init__(self, score: str = "absolute", alpha: float = 0.1, group_by: str | None = None) -> None:
         super().__init__()
         self.score_fn = get_score(score)
         self.score_name = score
         self.alpha = check_alpha(alpha)
+        if group_by is not None and not isinstance(group_by, str):
+            raise ValueError(f"'group_by' must be None or the name of a group function, got {group_by!r}")
+        self.group_by = group_by  # name in sciml.uq.groups.GROUP_FUNCTIONS, for model code (not used here)
         self.register_buffer("scores", torch.empty(0))
         self.register_buffer("group_ids", torch.empty(0, dtype=torch.int64))
         self.register_buffer("counts", torch.empty(0, dtype=torch.int64))
@@ -108,6 +111,15 @@ class MondrianConformal(nn.Module):
         )
         return per_group if groups is None else per_group[self.group_index(groups)]
 
+    def threshold_or_inf(self, groups: Tensor, alpha: float | None = None) -> Tensor:
+        """Like :meth:`threshold` for ``groups`` ``(m,)``, but ``+inf`` (the whole line) for uncalibrated groups."""
+        groups = groups.to(device=self.group_ids.device, dtype=torch.int64)
+        known = torch.isin(groups, self.group_ids)
+        out = torch.full(groups.shape, float("inf"), dtype=self.scores.dtype, device=self.scores.device)
+        if known.any():
+            out[known] = self.threshold(groups[known], alpha)
+        return out
+
     def predict_set(
         self, pred: Tensor, groups: Tensor, sigma: Tensor | None = None, alpha: float | None = None
     ) -> PredictionSet:
@@ -133,22 +145,25 @@ class MondrianConformal(nn.Module):
             super()._load_from_state_dict(state_dict, prefix, *args)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable ``{"method", "score", "alpha", "groups": [int], "scores": [[float], ...]}``."""
+        """JSON-serialisable ``{"method", "score", "alpha", "groups", "scores"}`` (+ ``group_by`` if set)."""
         if self.n_groups == 0:
             raise RuntimeError("MondrianConformal is not fitted; call fit(scores, groups) before to_dict")
         chunks = self.scores.split(self.counts.tolist())
-        return {
+        out = {
             "method": self.method,
             "score": self.score_name,
             "alpha": self.alpha,
             "groups": [int(g) for g in self.group_ids.tolist()],
             "scores": [[float(s) for s in c.tolist()] for c in chunks],
         }
+        return out if self.group_by is None else out | {"group_by": self.group_by}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> MondrianConformal:
         """Rebuild from :meth:`to_dict` output (scores as float64); ``ValueError`` on any malformed field."""
-        check_calibrator_dict(d, {"method", "score", "alpha", "groups", "scores"}, cls.method)
+        keys = {"method", "score", "alpha", "groups", "scores"}
+        check_calibrator_dict(d, keys | ({"group_by"} if isinstance(d, Mapping) and "group_by" in d else set()),
+                              cls.method)
         groups, chunks = d["groups"], d["scores"]
         if not isinstance(groups, list | tuple) or not all(is_int(g) for g in groups):
             raise ValueError("'groups' must be a list of integers")
@@ -161,7 +176,7 @@ class MondrianConformal(nn.Module):
             raise ValueError("'scores' has an empty group; every group needs at least one score")
         scores = torch.tensor([s for c in chunks for s in c], dtype=torch.float64)
         labels = torch.tensor([g for g, c in zip(groups, chunks, strict=True) for _ in c], dtype=torch.int64)
-        return cls(score=d["score"], alpha=d["alpha"]).fit(scores, labels)
+        return cls(score=d["score"], alpha=d["alpha"], group_by=d.get("group_by")).fit(scores, labels)
 
 
 CALIBRATORS[MondrianConformal.method] = MondrianConformal

@@ -1,0 +1,72 @@
+"""Group functions for Mondrian by crystal family; calibrator-agnostic build/fit/predict helpers."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from sciml.testing.fixtures import perovskite
+from sciml.uq import MondrianConformal, SplitConformal, calibrator_from_dict
+from sciml.uq.groups import (
+    CRYSTAL_SYSTEMS,
+    build_calibrator,
+    fit_calibrator,
+    graph_structures,
+    predict_interval,
+    structure_groups,
+)
+
+
+def test_group_functions_on_perovskites() -> None:
+    """Ideal cubic ABO3 is cubic with anion O; a strained cell is tetragonal; fluorides group apart."""
+    from pymatgen.core import Lattice
+
+    cubic = perovskite("Sr", "Ti")
+    strained = cubic.copy()
+    strained.lattice = Lattice.tetragonal(3.95, 4.3)
+    fluoride = perovskite("K", "Mg", "F")
+    assert structure_groups("crystal_system", [cubic, strained]).tolist() == [
+        CRYSTAL_SYSTEMS.index("cubic"), CRYSTAL_SYSTEMS.index("tetragonal")]
+    assert structure_groups("anion", [cubic, fluoride]).tolist() == [8, 9]
+    with pytest.raises(ValueError, match="unknown group function"):
+        structure_groups("colour", [cubic])
+
+
+def test_graph_structures_round_trip() -> None:
+    """Structures rebuilt from crystal graphs keep species and crystal system."""
+    from torch_geometric.data import Batch
+
+    from sciml.data.graphs import GraphSettings, structure_to_graph
+
+    s = [perovskite("Ba", "Zr"), perovskite("K", "Mg", "F")]
+    batch = Batch.from_data_list([structure_to_graph(x, GraphSettings.from_dict({})) for x in s])
+    back = graph_structures(batch)
+    assert [b.composition.reduced_formula for b in back] == ["BaZrO3", "KMgF3"]
+    assert structure_groups("anion", back).tolist() == [8, 9]
+
+
+def test_build_fit_predict_without_branching() -> None:
+    """The same three calls serve split and Mondrian; Mondrian stores group_by and round-trips it."""
+    structures = [perovskite("Sr", "Ti"), perovskite("K", "Mg", "F")] * 20
+    g = torch.Generator().manual_seed(0)
+    pred = torch.randn(40, generator=g, dtype=torch.float64)
+    y = pred + torch.where(torch.arange(40) % 2 == 0, 0.1, 2.0).double() * torch.randn(40, generator=g)
+    split = build_calibrator(None, "absolute", 0.1)
+    mond = build_calibrator({"method": "mondrian", "group_by": "anion"}, "absolute", 0.1)
+    assert isinstance(split, SplitConformal) and isinstance(mond, MondrianConformal)
+    for cal in (split, mond):
+        fit_calibrator(cal, pred, y, None, structures)
+    widths = predict_interval(mond, pred[:2], None, 0.1, structures[:2]).size()
+    assert widths[1] > widths[0]  # the noisy fluorides get the wider interval
+    again = calibrator_from_dict(json.loads(json.dumps(mond.to_dict())))
+    assert again.group_by == "anion"
+    assert torch.equal(predict_interval(again, pred[:2], None, 0.1, structures[:2]).size(), widths)
+    unseen = predict_interval(mond, pred[:1], None, 0.1, [perovskite("Sr", "Ti", "Cl")])
+    assert unseen.size().item() == math.inf  # a group without calibration data gets no finite bound
+    with pytest.raises(ValueError, match="needs the structures"):
+        predict_interval(mond, pred[:1], None, 0.1, None)
+    with pytest.raises(ValueError, match="calibration method 'aci'"):
+        build_calibrator({"method": "aci"}, "absolute", 0.1)
