@@ -113,7 +113,7 @@ def structure_from_matrices(numbers, positions, mats: dict, layout: OrbitalLayou
         if mats.get(name) is None:
             what = "overlap S" if name == "S" else "zeroth-step H0"
             raise ValueError(f"{source}: missing {what}; the model needs both H0 and S (computed with pyscf)")
-    return HamiltonianStructure.from_dense(numbers, positions, {k: v for k, v in mats.items() if v is not None},
+    return HamiltonianStructure.from_dense(numbers, positions, {k: mats[k] for k in ("H0", "S")},
                                            layout, meta={"n_occupied": int(n_occupied), "source": source})
 
 
