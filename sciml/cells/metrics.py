@@ -12,7 +12,9 @@ Per condition c with real cells X_c, real control cells X_0 (same cell type) and
 - ``energy``, ``mmd``: energy distance and multi-RBF MMD² between predicted and real cells (cell predictions only);
 - ``interaction_pearson`` (doubles whose singles have cells): Pearson of predicted and real interaction
   ε = μ_ab − μ_a − μ_b + μ_0 (μ: real means of the singles; NaN for an exactly additive prediction), and
-  ``interaction_norm`` ‖ε_real‖ (the squared error of ε equals the MSE of the means, so it is not repeated);
+  ``interaction_norm`` ‖ε_real‖ (the squared error of ε equals the MSE of the means, so it is not repeated).
+  Under masking epistasis ε anti-correlates with Δ_a + Δ_b, so even no-change gets a positive value: compare
+  models with each other on it, not with 0;
 - noise ceiling (:func:`noise_ceiling`): the same metrics with half of the real cells predicting the other half.
 """
 

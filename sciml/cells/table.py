@@ -117,3 +117,29 @@ def load_table(path: str | Path, condition_key: str = "condition", control_label
     digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
     return CellTable(x=x, var_names=var_names, keys=keys, perturbation=perturbation, cell_type=cell_type,
                      source=source, sha256=digest)
+
+
+def read_control_cells(path: str | Path, genes: list[str], condition_key: str = "condition",
+                       control_label: str = "ctrl", counts_layer: str | None = None, target_sum: float = 1e4,
+                       reorder: bool = False) -> np.ndarray:
+    """Control cells (n, G) of a user's file on a frozen gene vocabulary (predict time).
+
+    Cells labelled ``control_label`` (or ``ctrl``) in ``obs[condition_key]`` are taken; a file without that column
+    is taken to hold control cells only. ``genes`` must appear in the file in this order, unless ``reorder``
+    (then the file's columns are selected and reordered by name; genes must still all be present).
+    """
+    source = str(path)
+    adata = read_h5ad(path)
+    var_names = [str(g) for g in adata.var_names]
+    # with reorder, check presence only (the file's own order of the model genes is accepted)
+    wanted = [g for g in var_names if g in set(genes)] if reorder and set(genes) <= set(var_names) else genes
+    check_gene_order(var_names, wanted, source)
+    adata = adata[:, list(genes)]
+    if condition_key in adata.obs.columns:
+        labels = adata.obs[condition_key].astype(str)
+        mask = labels.isin([control_label, "ctrl"]).to_numpy()
+        if not mask.any():
+            raise DataError(f"{source}: no control cells labelled {control_label!r} in obs[{condition_key!r}]; "
+                            f"pass the control label, or a file of control cells only without that column")
+        adata = adata[mask]
+    return log_expression(adata, source, counts_layer, target_sum)

@@ -101,3 +101,13 @@ def test_noise_ceiling_and_missing_predictions(dm):
     assert len(ceiling) == len(dm.conditions["test"]) and (ceiling["pearson_delta"] > 0.95).all()
     with pytest.raises(KeyError, match="no prediction"):
         evaluate({}, dm)
+
+
+def test_evaluate_baselines_table(dm):
+    from sciml.cells.compare import evaluate_baselines
+
+    df = evaluate_baselines(dm, n_cells=50)
+    assert set(df["model"]) == {"no_change", "train_mean", "additive", "linear", "noise_ceiling"}
+    assert (df.groupby("model").size() == len(dm.conditions["test"])).all()
+    best = df.groupby("model")["mse"].mean()
+    assert best["additive"] < 1e-8 < best["no_change"]

@@ -102,3 +102,24 @@ def test_hvg_keeps_perturbed_genes_in_var_order():
     assert {"g00", "g39"} <= set(chosen) and 10 <= len(chosen) <= 12
     assert chosen == sorted(chosen)
     assert select_hvg(x, names, None) == names
+
+
+def test_read_control_cells_for_prediction(tmp_path):
+    from sciml.cells.table import read_control_cells
+
+    adata = toy_adata(control_label="control", key="perturbation")
+    genes = list(adata.var_names)
+    path = write(adata, tmp_path)
+    ctrl = read_control_cells(path, genes[:5], condition_key="perturbation", control_label="control")
+    assert ctrl.shape == (60, 5)
+    np.testing.assert_array_equal(ctrl, adata.X[(adata.obs["perturbation"] == "control").to_numpy()][:, :5])
+    shuffled = [genes[3], genes[0]]
+    with pytest.raises(DataError, match="different order"):
+        read_control_cells(path, shuffled, condition_key="perturbation", control_label="control")
+    again = read_control_cells(path, shuffled, condition_key="perturbation", control_label="control", reorder=True)
+    np.testing.assert_array_equal(again, ctrl[:, [3, 0]])
+    with pytest.raises(DataError, match="lack 1 of the model's genes \\(GENEX\\)"):
+        read_control_cells(path, ["GENEX"], reorder=True)
+    with pytest.raises(DataError, match="no control cells labelled 'ctrl'"):
+        read_control_cells(path, genes, condition_key="perturbation")
+    assert read_control_cells(path, genes, condition_key="absent").shape == (adata.n_obs, len(genes))
