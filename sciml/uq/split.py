@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from ._checks import check_calibrator_dict, check_scores, float_list, prepare_state_load
-from .quantile import check_alpha, conformal_quantile
+from .quantile import check_alpha, conformal_quantile, conformal_rank
 from .scores import get_score
 from .sets import Interval
 
@@ -47,6 +47,7 @@ class SplitConformal(nn.Module):
         self.score_name = score
         self.alpha = check_alpha(alpha)
         self.register_buffer("scores", torch.empty(0))
+        self._sorted = False  # True once fit() sorted the buffer; threshold() then indexes it directly
 
     @property
     def n_calib(self) -> int:
@@ -57,6 +58,7 @@ class SplitConformal(nn.Module):
         """Store the calibration scores, shape ``(n,)``, finite, sorted ascending; returns ``self``."""
         check_scores(scores)
         self.scores = torch.sort(scores.detach()).values.to(self.scores.device)
+        self._sorted = True
         return self
 
     def fit_predictions(self, pred: Tensor, y: Tensor, sigma: Tensor | None = None) -> SplitConformal:
@@ -67,6 +69,10 @@ class SplitConformal(nn.Module):
         """Conformal threshold ``q`` (0-dim), ``+inf`` when ``⌈(n+1)(1-alpha)⌉ > n``."""
         if self.n_calib == 0:
             raise RuntimeError("SplitConformal is not fitted; call fit(scores) or fit_predictions first")
+        k = conformal_rank(self.n_calib, self.alpha if alpha is None else alpha)
+        # the buffer is sorted (fit, from_dict); a state_dict load may not be: fall back to the sorting helper
+        if k <= self.n_calib and self._sorted:
+            return self.scores[k - 1].clone()
         return conformal_quantile(self.scores, self.alpha if alpha is None else alpha)
 
     def predict_set(self, pred: Tensor, sigma: Tensor | None = None, alpha: float | None = None) -> Interval:
@@ -80,6 +86,7 @@ class SplitConformal(nn.Module):
     def _load_from_state_dict(self, state_dict, prefix, *args) -> None:
         if prepare_state_load(self, state_dict, prefix, ("scores",), args[-1]):  # args[-1]: error_msgs
             super()._load_from_state_dict(state_dict, prefix, *args)
+            self._sorted = False
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable ``{"method", "score", "alpha", "scores"}`` (scores as Python floats)."""
