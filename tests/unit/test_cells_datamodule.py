@@ -126,3 +126,17 @@ def test_perturbench_devel_norman():
     b = next(iter(dm.train_dataloader()))
     assert b["x_pert"].shape == (2, 8, len(dm.genes))
     assert (b["pert_genes"] < len(dm.perturbation_genes)).all()
+
+
+@pytest.mark.skipif(not DEVEL.is_file(), reason="../shared/data/cells/perturbench_devel.h5ad absent")
+def test_perturbench_devel_by_cell_type():
+    dm = PerturbationDataModule(str(DEVEL), control_label="control", cell_type_key="cell_type",
+                                subset={"dataset": "mcfaline23"}, cells_per_condition=4, conditions_per_batch=2,
+                                split={"kind": "by_cell_type", "holdout_cell_type": "A172"}, knn=5)
+    dm.setup()
+    held = [c for n in ("val", "calib", "test") for c in dm.conditions[n]]
+    assert held and all(c.endswith("@A172") for c in held)
+    c = dm.conditions["test"][0]
+    assert dm.control_matrix(c).shape == (100, len(dm.genes)) and dm.control_matrix().shape[0] == 300
+    b = next(iter(dm.test_dataloader()))
+    assert b["condition"] == dm.conditions["test"][:2]

@@ -123,3 +123,32 @@ def test_read_control_cells_for_prediction(tmp_path):
     with pytest.raises(DataError, match="no control cells labelled 'ctrl'"):
         read_control_cells(path, genes, condition_key="perturbation")
     assert read_control_cells(path, genes, condition_key="absent").shape == (adata.n_obs, len(genes))
+
+
+def test_lazy_package_exports():
+    import subprocess
+    import sys
+
+    code = ("import sys, sciml.cells as c; assert 'lightning' not in sys.modules and 'anndata' not in sys.modules;"
+            "assert c.parse_condition('B+A') == ('A', 'B') and 'parse_condition' in c.__all__")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_subset_cell_types_and_duplicate_genes(tmp_path):
+    adata = toy_adata()
+    adata.obs["cell_type"] = np.where(np.arange(adata.n_obs) % 2, "a", "b")
+    adata.obs.loc[(adata.obs["condition"] == "ctrl").to_numpy() & (adata.obs["cell_type"] == "b").to_numpy(),
+                  "cell_type"] = "a"
+    path = write(adata, tmp_path)
+    with pytest.raises(DataError, match="selects no cells"):
+        load_table(path, subset={"cell_type": "zz"})
+    with pytest.raises(DataError, match="subset names obs column 'batch'"):
+        load_table(path, subset={"batch": "x"})
+    with pytest.raises(DataError, match="cell type 'b' has no control cells"):
+        load_table(path, cell_type_key="cell_type")
+    table = load_table(path, cell_type_key="cell_type", subset={"cell_type": ["a"]})
+    assert "ctrl@a" in table.perturbation and all(k.endswith("@a") for k in table.perturbation)
+    dup = toy_adata()
+    dup.var_names = ["g00"] * 2 + list(dup.var_names[2:])
+    with pytest.raises(DataError, match="not unique"):
+        load_table(write(dup, tmp_path, "dup.h5ad"))
