@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sciml.cells.table import split_key
+from sciml.cells.conditions import format_condition
+from sciml.cells.table import make_key, split_key
 
 
 class Baseline:
@@ -82,9 +83,6 @@ class Additive(Baseline):
     name = "additive"
 
     def _single(self, gene: str, cell_type: str) -> np.ndarray:
-        from sciml.cells.conditions import format_condition
-        from sciml.cells.table import make_key
-
         key = make_key(format_condition([gene]), cell_type)
         return self.train_delta.get(key, self.mean_delta)
 

@@ -143,8 +143,9 @@ class PerturbationDataModule(L.LightningDataModule):
                  {k: len(v) for k, v in self.conditions.items()})
 
     def trainer_is_rank_zero(self) -> bool:
-        trainer = getattr(self, "_trainer", None)
-        return trainer is None or trainer.is_global_zero
+        """True outside a Lightning run and on global rank 0 (only rank 0 writes ``split.json``)."""
+        trainer = getattr(self, "trainer", None)
+        return trainer is None or bool(trainer.is_global_zero)
 
     def _require(self) -> CellTable:
         if self.table is None:

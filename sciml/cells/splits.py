@@ -38,8 +38,8 @@ def _deal(units: Sequence, fractions: Sequence[float], rng: np.random.Generator)
     counts = np.maximum(counts, 1) if n >= 3 else counts
     while counts.sum() > n:
         counts[np.argmax(counts)] -= 1
-    while counts.sum() < n:
-        counts[-1 - (counts.sum() % 3)] += 1
+    for i in range(n - counts.sum()):  # remainder: test, calib, val, test, ...
+        counts[2 - i % 3] += 1
     bounds = np.cumsum(counts)[:-1]
     return {name: list(part) for name, part in zip(HELDOUT, np.split(np.array(units, dtype=object), bounds),
                                                    strict=True)}
