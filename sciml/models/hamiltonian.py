@@ -60,6 +60,7 @@ class HamiltonianModule(L.LightningModule):
         self.net.to(DTYPES[network.get("dtype", "float32")])
         self.norms = torch.nn.ModuleDict({k: IrrepsNormalizer(*stats[k]) for k in ("x_node", "x_edge", "y_node",
                                                                                     "y_edge")})
+        # components each type uses; the loss also skips channels constant in the training targets (σ = 0)
         self.register_buffer("node_mask", torch.stack([self.node_basis.mask(*p) for p in self.node_basis.pairs]))
         self.register_buffer("edge_mask", torch.stack([self.edge_basis.mask(*p) for p in self.edge_basis.pairs]))
         self.loss_weights = {"real": 1.0, "eig": 0.0, "eig_scale": 1e-3} | (loss or {})
@@ -96,7 +97,8 @@ class HamiltonianModule(L.LightningModule):
                   self.norms["y_edge"].normalize(ye, batch.edge_type))
         need_eig = self.loss_weights["eig"] > 0 or stage != "train"
         eps = orbital_energies(h, batch) if need_eig else None
-        masks = (self.node_mask[batch.node_type], self.edge_mask[batch.edge_type])
+        masks = ((self.node_mask & self.norms["y_node"].alive())[batch.node_type],
+                 (self.edge_mask & self.norms["y_edge"].alive())[batch.edge_type])
         out = hamiltonian_loss((node.double(), edge.double()), target, masks, eps, batch.y, self.loss_weights)
         n = batch.num_graphs
         mae = matrix_mae(h.detach(), batch.h, batch).mean() * 1e6

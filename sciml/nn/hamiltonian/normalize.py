@@ -6,8 +6,10 @@ For items (atoms or edges) of type ``t`` (element or element pair) and irreps co
 
 with ``μ_t`` the training mean on invariant channels (``0e``) and zero elsewhere, and ``σ_t`` the RMS of
 each irrep instance over its ``2L+1`` components and the training items (one scale per irrep instance, so
-the map commutes with rotations). Unused channels get ``σ = 1``. This is the "predict ΔH normalised per
-block type" of the design: orders of magnitude differ between core, valence and far-pair blocks.
+the map commutes with rotations). Dead channels (unused by the type, or identically zero in the training
+data, e.g. the antisymmetric ``1e`` part of symmetric on-site ``p ⊗ p`` blocks) get ``σ = 0``: they
+normalise to 0 and denormalise to exactly ``μ``, so the network can never put an error there. This is the
+"predict ΔH normalised per block type" of the design: magnitudes differ between core, valence, far pairs.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ def irrep_instances(irreps: o3.Irreps) -> tuple[torch.Tensor, torch.Tensor]:
 class IrrepsNormalizer(nn.Module):
     """Buffers ``mean``, ``std`` of shape ``(n_types, dim)``; see the module docstring."""
 
+    def alive(self) -> torch.Tensor:
+        """``(n_types, dim)`` bool: channels with a non-zero training scale."""
+        return self.std > 0
+
     def __init__(self, mean, std) -> None:
         super().__init__()
         self.register_buffer("mean", torch.as_tensor(mean, dtype=torch.float64))
@@ -52,13 +58,14 @@ class IrrepsNormalizer(nn.Module):
             ms = torch.zeros(n_inst, dtype=torch.float64).index_add_(0, inst, ((xt - mean[t]) ** 2).mean(0))
             ms = ms / torch.bincount(inst, minlength=n_inst)
             rms = ms.sqrt()
-            std[t] = torch.where(rms[inst] > floor, rms[inst], torch.ones(()))
+            std[t] = torch.where(rms[inst] > floor, rms[inst], torch.zeros(()))
         return mean.tolist(), std.tolist()
 
     def normalize(self, x: torch.Tensor, types: torch.Tensor) -> torch.Tensor:
-        """``(x − μ_t) / σ_t`` in ``x``'s dtype."""
-        return ((x - self.mean[types].to(x)) / self.std[types].to(x))
+        """``(x − μ_t) / σ_t`` in ``x``'s dtype (0 on dead channels, ``σ_t = 0``)."""
+        std = self.std[types].to(x)
+        return torch.where(std > 0, (x - self.mean[types].to(x)) / std.clamp_min(1e-300), torch.zeros_like(x))
 
     def denormalize(self, x: torch.Tensor, types: torch.Tensor) -> torch.Tensor:
-        """``x̂ σ_t + μ_t`` in float64 (Hartree)."""
+        """``x̂ σ_t + μ_t`` in float64 (Hartree); exactly ``μ_t`` (0 off ``0e``) on dead channels."""
         return x.double() * self.std[types] + self.mean[types]
