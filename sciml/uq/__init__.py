@@ -24,6 +24,7 @@ from .metrics import (
     worst_group_coverage,
 )
 from .mondrian import MondrianConformal
+from .multigroup import MultiGroupConformal
 from .online import OnlineCalibrator, QuantileTracker
 from .pid import ConformalPID, pid_bound
 from .quantile import check_alpha, conformal_quantile, conformal_rank
@@ -63,6 +64,7 @@ __all__ = [
     "LabelSet",
     "Mahalanobis",
     "MondrianConformal",
+    "MultiGroupConformal",
     "NormalizedResidual",
     "OnlineCalibrator",
     "OnlineHumanAI",

@@ -5,8 +5,9 @@ With ``n_g`` calibration scores in group ``g`` the threshold is ``q_g = Q_{1-α}
 within each group, ``P(Y ∈ C(X) | G = g) >= 1 - α`` for every group, with mean ``k_g/(n_g+1)`` for
 continuous scores (Vovk, Gammerman, Shafer 2005, *Algorithmic Learning in a Random World*, Mondrian
 conformal predictors; ``refs/UQ_METHODS.md``, "Mondrian"). Groups are disjoint integer labels (class,
-crystal system, cell type); overlapping groups need conditional calibration (Gibbs, Cherian, Candès
-2023), not provided here.
+crystal system, cell type). Overlapping groups: :class:`~sciml.uq.multigroup.MultiGroupConformal` (max over
+the groups' thresholds, coverage >= 1-α in every group, conservative); the exact conditional calibration of
+Gibbs, Cherian, Candès (2023) is not provided.
 """
 
 from __future__ import annotations
