@@ -35,9 +35,11 @@ def add_parser(sub, name: str) -> None:
     p.add_argument("--threads", type=int, default=1, help="threads per pyscf process")
     p.add_argument("--kmesh", type=int, nargs=3, default=[2, 2, 2], help="crystal SCF k-mesh")
     p.add_argument("--fock-kmesh", type=int, nargs=3, default=None,
-                   help="crystal k-mesh of the non-SCF Fock builds Fourier-transformed to H(R) (default 2x --kmesh)")
-    p.add_argument("--cutoff", type=float, default=8.0, help="crystal pair cutoff for H(R) blocks, Å")
+                   help="k-mesh of the non-SCF Fock builds Fourier-transformed to H(R) (default: max(6, kmesh))")
+    p.add_argument("--cutoff", type=float, default=10.0, help="crystal pair cutoff for H(R), S(R) blocks, Å")
     p.add_argument("--pseudo", default="gth-pbe", help="crystal pseudopotential")
+    p.add_argument("--ke-cutoff", type=float, default=None,
+                   help="crystal plane-wave kinetic-energy cutoff, Hartree (default: pyscf's from its precision)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(run=run)
 
@@ -76,14 +78,14 @@ def run(args, overrides: list[str]) -> int:
 
 
 def _run_crystal(args) -> int:
-    from sciml.hamiltonian.periodic import CrystalSettings, generate_crystals
+    from sciml.hamiltonian.gen_crystal import CrystalSettings, generate_crystals
 
     if args.format == "npz":
         raise ValueError("crystals are written as DeepH folders (H(R) blocks); use --format deeph")
-    fock = args.fock_kmesh or [2 * k for k in args.kmesh]
+    fock = args.fock_kmesh or [max(6, k) for k in args.kmesh]
     settings = CrystalSettings(xc=args.xc, basis=args.basis or "gth-szv", pseudo=args.pseudo,
                                kmesh=tuple(args.kmesh), fock_kmesh=tuple(fock), cutoff=args.cutoff,
-                               conv_tol=args.conv_tol, threads=args.threads)
+                               conv_tol=args.conv_tol, threads=args.threads, ke_cutoff=args.ke_cutoff)
     sigma = 0.03 if args.sigma is None else args.sigma
     res = generate_crystals(args.crystal, args.n or 3, sigma, args.seed, settings, args.out, args.workers,
                             progress=not args.no_progress)

@@ -17,7 +17,8 @@ import numpy as np
 
 from sciml.io.atomic import atomic_write_text
 
-__all__ = ["MoleculeJob", "SCFSettings", "generate_molecules", "import_pyscf", "run_molecule_scf"]
+__all__ = ["MoleculeJob", "SCFSettings", "check_settings", "generate_molecules", "import_pyscf", "run_molecule_scf",
+           "run_pool"]
 
 _QUANTUM = "pyscf is not installed; install the quantum extra: pip install 'sciml[quantum]'"
 
@@ -125,10 +126,11 @@ def run_job(job: MoleculeJob, settings: SCFSettings, out: str, formats: tuple[st
     return res["scf_seconds"]
 
 
-def _check_settings(out: Path, name: str, settings: SCFSettings) -> None:
-    path = out / f"{name}.settings.json"
-    mine = asdict(settings)
-    mine.pop("threads")
+def check_settings(out: Path, name: str, settings) -> None:
+    """Record ``settings`` (a dataclass) in ``<out>/<name>.settings.json``; refuse to resume with different ones."""
+    path = Path(out) / f"{name}.settings.json"
+    mine = json.loads(json.dumps(asdict(settings)))
+    mine.pop("threads", None)
     if path.is_file():
         theirs = json.loads(path.read_text())
         if theirs != mine:
@@ -144,30 +146,14 @@ def generate_molecules(jobs: list[MoleculeJob], settings: SCFSettings, out: str 
 
     Returns ``{"computed": int, "skipped": int, "files": [paths]}``.
     """
-    from tqdm.auto import tqdm
-
     from sciml.hamiltonian.npz import merge_npz
 
     import_pyscf()
     out = Path(out)
     for name in sorted({j.name for j in jobs}):
-        _check_settings(out, name, settings)
+        check_settings(out, name, settings)
     todo = [j for j in jobs if not _done(out, j, formats)]
-    bar = tqdm(total=len(todo), desc="pyscf SCF", unit="conf", disable=not progress)
-    if workers <= 1:
-        for job in todo:
-            run_job(job, settings, str(out), formats)
-            bar.update()
-    else:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
-        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-            futures = [pool.submit(run_job, j, settings, str(out), formats) for j in todo]
-            for fut in as_completed(futures):
-                fut.result()
-                bar.update()
-    bar.close()
+    run_pool(run_job, todo, (settings, str(out), formats), workers, progress)
     files = []
     if "npz" in formats:
         for name in sorted({j.name for j in jobs}):
@@ -176,3 +162,25 @@ def generate_molecules(jobs: list[MoleculeJob], settings: SCFSettings, out: str 
     if "deeph" in formats:
         files.extend(sorted({out / "deeph" / j.name for j in jobs}))
     return {"computed": len(todo), "skipped": len(jobs) - len(todo), "files": [str(f) for f in files]}
+
+
+def run_pool(func, items: list, extra: tuple, workers: int, progress: bool, desc: str = "pyscf SCF") -> None:
+    """Call ``func(item, *extra)`` for every item, in ``workers`` spawned processes, with a progress bar."""
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(items), desc=desc, unit="job", disable=not progress)
+    try:
+        if workers <= 1:
+            for item in items:
+                func(item, *extra)
+                bar.update()
+            return
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+            for fut in as_completed([pool.submit(func, item, *extra) for item in items]):
+                fut.result()
+                bar.update()
+    finally:
+        bar.close()
