@@ -1,0 +1,58 @@
+"""Built-in geometries, seeded conformers, xyz reading and the molecular SCF wrapper."""
+
+import numpy as np
+import pytest
+
+from sciml.hamiltonian.gen_molecules import MD17, builtin_molecule, displaced_conformers, read_xyz_frames
+
+
+@pytest.mark.parametrize("name", list(MD17))
+def test_builtin_molecules_are_sane(name):
+    numbers, pos = builtin_molecule(name)
+    d = np.linalg.norm(pos[:, None] - pos[None], axis=-1)
+    np.fill_diagonal(d, np.inf)
+    assert 0.9 < d.min() < 1.2  # shortest bond: an X-H bond
+    heavy = numbers > 1
+    if heavy.sum() > 1:
+        assert np.all(d[np.ix_(heavy, heavy)].min(axis=1) < 1.6)  # every heavy atom bonded to another heavy one
+    assert np.all(d[~heavy].min(axis=1) < 1.12)  # every H bonded
+    assert numbers.sum() % 2 == 0  # closed shell
+
+
+def test_conformers_do_not_depend_on_how_many_are_asked_for():
+    _, pos = builtin_molecule("ethanol")
+    a = displaced_conformers(pos, 5, 0.05, seed=1)
+    b = displaced_conformers(pos, 2, 0.05, seed=1, start=3)
+    np.testing.assert_array_equal(a[3:], b)
+    assert abs(np.std(a - pos) - 0.05) < 0.01
+    with pytest.raises(ValueError, match="sigma"):
+        displaced_conformers(pos, 1, -1.0, seed=1)
+    with pytest.raises(ValueError, match="unknown molecule 'benzene'"):
+        builtin_molecule("benzene")
+
+
+def test_xyz_frames(tmp_path):
+    path = tmp_path / "t.xyz"
+    path.write_text("2\nframe 0\nH 0 0 0\nH 0 0 0.74\n2\nframe 1\nH 0 0 0\nH 0 0 0.75\n")
+    numbers, frames = read_xyz_frames(path)
+    assert numbers.tolist() == [1, 1] and frames.shape == (2, 2, 3) and frames[1, 1, 2] == 0.75
+    path.write_text("2\n\nH 0 0 0\nH 0 0 0.74\n2\n\nH 0 0 0\nO 0 0 0.75\n")
+    with pytest.raises(ValueError, match="same atoms in order"):
+        read_xyz_frames(path)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        read_xyz_frames(tmp_path / "none.xyz")
+
+
+def test_scf_wrapper_on_malondialdehyde_minimal_basis():
+    pytest.importorskip("pyscf")
+    from sciml.hamiltonian.generate import SCFSettings, run_molecule_scf
+    from sciml.hamiltonian.orbitals import OrbitalLayout
+
+    numbers, pos = builtin_molecule("malondialdehyde")
+    res = run_molecule_scf(numbers, pos, SCFSettings(xc="hf", basis="sto-3g", conv_tol=1e-8))
+    assert res["converged"] and res["n_occupied"] == 19
+    h, s = res["mats"]["H"], res["mats"]["S"]
+    eps = np.linalg.eigvalsh(np.linalg.solve(np.linalg.cholesky(s), np.linalg.solve(np.linalg.cholesky(s), h).T))
+    assert eps[18] < 0 < eps[19]  # HOMO bound, LUMO above it: a sane closed-shell molecule
+    layout = OrbitalLayout.from_ao_labels(numbers, res["ao_labels"])
+    assert layout.shells == {8: (0, 0, 1), 6: (0, 0, 1), 1: (0,)}
