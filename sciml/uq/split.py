@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_calibrator_dict, check_scores, float_list, prepare_state_load
+from ._checks import check_calibrator_dict, check_scores, float_list, prepare_state_load, sort_scores
 from .quantile import check_alpha, conformal_quantile, conformal_rank
 from .scores import get_score
 from .sets import Interval
@@ -57,7 +57,7 @@ class SplitConformal(nn.Module):
     def fit(self, scores: Tensor) -> SplitConformal:
         """Store the calibration scores, shape ``(n,)``, finite, sorted ascending; returns ``self``."""
         check_scores(scores)
-        self.scores = torch.sort(scores.detach()).values.to(self.scores.device)
+        self.scores = sort_scores(scores).to(self.scores.device)
         self._sorted = True
         return self
 
