@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader
 from sciml import keys
 from sciml.io.atomic import atomic_write_text
 from sciml.io.checkpoint import load_lightning_checkpoint
-from sciml.uq.split import SplitConformal
+from sciml.uq.groups import build_calibrator, fit_calibrator, loader_structures, structure_groups
 
 
 @torch.no_grad()
@@ -75,12 +75,18 @@ class ConformalCallback(L.Callback):
         Conformity score (``absolute`` or ``normalized``; ``normalized`` divides by ``Prediction.sigma``).
     alpha : float
         Default miscoverage level stored with the calibrator.
+    calibration : dict, optional
+        The run config's ``calibration`` block: ``method`` (``split`` default, or ``mondrian``) and
+        ``group_by`` (:data:`sciml.uq.groups.GROUP_FUNCTIONS`); group labels are computed per rank from the
+        calibration graphs and gathered with the predictions.
 
     """
 
-    def __init__(self, run_dir: str, score: str = "absolute", alpha: float = 0.1) -> None:
+    def __init__(self, run_dir: str, score: str = "absolute", alpha: float = 0.1,
+                 calibration: dict | None = None) -> None:
         self.run_dir, self.score, self.alpha = Path(run_dir), score, alpha
-        self.calibrator: SplitConformal | None = None
+        self.calibration = calibration
+        self.calibrator: torch.nn.Module | None = None
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         best = getattr(trainer.checkpoint_callback, "best_model_path", "")
@@ -91,10 +97,14 @@ class ConformalCallback(L.Callback):
         if trainer.world_size > 1:
             loader = shard_loader(loader, trainer.global_rank, trainer.world_size)
         mean, sigma, y = collect_predictions(pl_module, loader)
+        calibrator = build_calibrator(self.calibration, self.score, self.alpha)
+        structures = loader_structures(calibrator, loader)
+        groups = mean.new_tensor([]) if structures is None else structure_groups(calibrator.group_by, structures)
+        groups = groups.to(mean)  # exact for small integers; gathered with the predictions
         if trainer.world_size > 1:
-            mean, sigma, y = gather_uneven(trainer.strategy, (mean, sigma, y))
-        calibrator = SplitConformal(score=self.score, alpha=self.alpha)
-        calibrator.fit_predictions(mean.double(), y.double(), sigma.double())
+            mean, sigma, y, groups = gather_uneven(trainer.strategy, (mean, sigma, y, groups))
+        fit_calibrator(calibrator, mean.double(), y.double(), sigma.double(),
+                       groups=None if structures is None else groups.long())
         self.calibrator = calibrator
         if trainer.is_global_zero:
             atomic_write_text(self.run_dir / "calibrator.json", json.dumps(calibrator.to_dict()))

@@ -89,9 +89,12 @@ def _groups(cal: nn.Module, structures: Iterable | None) -> Tensor | None:
 
 
 def fit_calibrator(cal: nn.Module, pred: Tensor, y: Tensor, sigma: Tensor | None,
-                   structures: Iterable | None = None) -> nn.Module:
-    """Fit ``cal`` on predictions, targets, ``σ`` (all ``(n,)``), with groups from ``structures`` if it has any."""
-    groups = _groups(cal, structures)
+                   structures: Iterable | None = None, groups: Tensor | None = None) -> nn.Module:
+    """Fit ``cal`` on predictions, targets, ``σ`` (all ``(n,)``), with groups from ``structures`` if it has any.
+
+    ``groups`` ``(n,)`` int64 may be given instead of ``structures`` (e.g. gathered across DDP ranks).
+    """
+    groups = groups if groups is not None and getattr(cal, "group_by", None) else _groups(cal, structures)
     if groups is None:
         return cal.fit_predictions(pred, y, sigma)
     return cal.fit_predictions(pred, y, groups, sigma)

@@ -70,3 +70,35 @@ def test_build_fit_predict_without_branching() -> None:
         predict_interval(mond, pred[:1], None, 0.1, None)
     with pytest.raises(ValueError, match="calibration method 'aci'"):
         build_calibrator({"method": "aci"}, "absolute", 0.1)
+
+
+def test_conformal_callback_mondrian_from_config(tmp_path) -> None:
+    """The Lightning callback follows a `calibration: {method: mondrian, group_by: anion}` block."""
+    from types import SimpleNamespace
+
+    import lightning as L
+    from torch_geometric.loader import DataLoader
+
+    from sciml import keys
+    from sciml.data.graphs import GraphSettings, structure_to_graph
+    from sciml.types import Prediction
+    from sciml.uq.callback import ConformalCallback
+
+    class Zero(L.LightningModule):
+        def predict_step(self, batch, batch_idx=0):
+            return Prediction(mean=torch.zeros(batch.num_graphs))
+
+    graphs = []
+    for i, s in enumerate([perovskite("Sr", "Ti"), perovskite("K", "Mg", "F")] * 15):
+        data = structure_to_graph(s, GraphSettings.from_dict({}))
+        data[keys.TARGET] = torch.tensor([0.1 * (i % 7) * (1 if i % 2 == 0 else 10)])
+        graphs.append(data)
+    loader = DataLoader(graphs, batch_size=8)
+    trainer = SimpleNamespace(checkpoint_callback=None, datamodule=SimpleNamespace(calib_dataloader=lambda: loader),
+                              world_size=1, global_rank=0, is_global_zero=True)
+    cb = ConformalCallback(str(tmp_path), "absolute", 0.2, {"method": "mondrian", "group_by": "anion"})
+    cb.on_fit_end(trainer, Zero())
+    saved = json.loads((tmp_path / "calibrator.json").read_text())
+    assert saved["method"] == "mondrian" and saved["group_by"] == "anion" and saved["groups"] == [8, 9]
+    q = cb.calibrator.threshold()
+    assert q[1] > 5 * q[0]  # the fluorides' residuals are 10x larger
