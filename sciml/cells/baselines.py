@@ -122,9 +122,22 @@ class Linear(Baseline):
         return self.b + self.g @ self.k @ self._embed(condition)
 
 
-BASELINES = {cls.name: cls for cls in (NoChange, TrainMean, Additive, Linear)}
+BASELINES = {cls.name: cls for cls in (NoChange, TrainMean, Additive, Linear)}  # closed-form, fast
+TRAINED = {"perturbed_vae": "sciml.cells.perturbed_vae:PerturbedVAE"}  # trained by gradient descent (seconds)
+
+
+def get_baseline(name: str, **kwargs) -> Baseline:
+    """An unfitted baseline by name (:data:`BASELINES` or :data:`TRAINED`)."""
+    if name in BASELINES:
+        return BASELINES[name](**kwargs)
+    if name in TRAINED:
+        import importlib
+
+        module, cls = TRAINED[name].split(":")
+        return getattr(importlib.import_module(module), cls)(**kwargs)
+    raise ValueError(f"baseline {name!r} unknown; choose from {sorted(BASELINES) + sorted(TRAINED)}")
 
 
 def fit_baselines(dm, names: tuple[str, ...] = tuple(BASELINES)) -> dict[str, Baseline]:
     """Fit the named baselines on ``dm``'s training conditions."""
-    return {name: BASELINES[name]().fit(dm) for name in names}
+    return {name: get_baseline(name).fit(dm) for name in names}

@@ -25,7 +25,8 @@ def evaluate_baselines(dm, split: str = "test", n_cells: int | None = None, seed
     truth : dict or None
         Simulator ground truth (:func:`sciml.cells.simulate.read_ground_truth`), adds ``interacting``.
     names : tuple of str
-        Baselines to run (keys of :data:`sciml.cells.baselines.BASELINES`).
+        Baselines to run (keys of :data:`~sciml.cells.baselines.BASELINES` or, slower,
+        :data:`~sciml.cells.baselines.TRAINED`).
 
     """
     frames = []
