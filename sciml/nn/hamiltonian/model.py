@@ -6,11 +6,13 @@ each edge, already decomposed into irreps by :class:`~sciml.nn.hamiltonian.block
 plus one-hot element (pair) types, the distance |r_ij| (Gaussian basis) and the direction ``Y(r̂_ij)``.
 Each layer (SE(3)-Transformer / Equiformer-lite):
 
-    m_ij = Conv(h_j, Y(r̂_ij); φ_ij) + Linear(e_ij),      α_ij = σ(MLP(s_i, s_j, φ_ij))
+    m_ij = Conv([h_j, e_ij] ⊗ Y(r̂_ij); φ_ij),      α_ij = σ(MLP(s_i, s_j, φ_ij))
     h_i ← h_i + GatedLinear([h_i, Σ_j α_ij m_ij])
     e_ij ← e_ij + GatedLinear([e_ij, h_i + h_j, m_ij])
 
-with ``φ_ij`` = radial basis × cosine envelope and the scalar channels of ``e_ij``. Read-outs are linear:
+with ``φ_ij`` = radial basis × cosine envelope and the scalar channels of ``e_ij``. The edge's own features
+enter the tensor product with its direction: the block ``H0_ij`` coupled to ``Y(r̂_ij)`` is what carries the
+cross-``L`` part of the correction (a linear map in a fixed frame, measured at ~2 µHa on water). Read-outs are linear:
 on-site irreps from ``[h_i, x_i^H0]``, off-site irreps from ``[e_ij, h_i + h_j, x_ij^H0]`` (the H0 skip makes
 ``ΔH ≈ linear(H0)`` the starting point). Blocks are assembled and symmetrised by
 :func:`sciml.hamiltonian.loss.assemble`.
@@ -33,8 +35,7 @@ class InteractionLayer(nn.Module):
     def __init__(self, hidden: o3.Irreps, irreps_sh: o3.Irreps, n_rbf: int, n_scalars: int, radial_hidden: int):
         super().__init__()
         n_inv = n_rbf + n_scalars
-        self.conv = EdgeConvolution(hidden, irreps_sh, hidden, n_inv, radial_hidden)
-        self.edge_lin = o3.Linear(hidden, hidden)
+        self.conv = EdgeConvolution(hidden + hidden, irreps_sh, hidden, n_inv, radial_hidden)
         self.attention = Attention(n_scalars, n_inv)
         self.node_update = GatedLinear(hidden + hidden, hidden)
         self.edge_update = GatedLinear(hidden + hidden + hidden, hidden)
@@ -43,7 +44,7 @@ class InteractionLayer(nn.Module):
     def forward(self, h, e, sh, rbf, edge_index):
         i, j = edge_index
         inv = torch.cat([rbf, e[:, : self.n_scalars]], dim=-1)
-        m = self.conv(h[j], sh, inv) + self.edge_lin(e)
+        m = self.conv(torch.cat([h[j], e], dim=-1), sh, inv)
         alpha = self.attention(h[:, : self.n_scalars], inv, edge_index)
         agg = torch.zeros_like(h).index_add_(0, i, alpha * m)
         h = h + self.node_update(torch.cat([h, agg], dim=-1))
