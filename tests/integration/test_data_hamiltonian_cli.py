@@ -81,3 +81,21 @@ def test_bad_input(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "pyscf", None)
     assert main(["data", "hamiltonian", "--molecule", "water", "--out", str(tmp_path / "x"), *TINY]) == 2
     assert "pip install 'sciml[quantum]'" in capsys.readouterr().err
+
+
+def test_silicon_crystal_deeph_folder_and_resume(tmp_path, capsys):
+    out = tmp_path / "si"
+    args = ["data", "hamiltonian", "--crystal", "Si", "--kmesh", "1", "1", "1", "--fock-kmesh", "2", "2", "2",
+            "--ke-cutoff", "15", "--cutoff", "6", "--n", "1", "--out", str(out), "--no-progress"]
+    assert main(args) == 0
+    structures, layout = read_deeph_tree(out / "deeph" / "Si")
+    s = structures[0]
+    assert layout.shells == {14: (0, 1)} and s.is_periodic and s.lattice.shape == (3, 3)
+    assert {"H", "H0", "S"} <= set(s.blocks) and len(s.edges()) == len(s.blocks["H"])
+    assert s.meta["n_occupied"] == 4 and len(s.meta["check_bands"]) == 5
+    np.testing.assert_allclose(s.blocks["S"][(0, 0, 0, 0, 0)], np.eye(4), atol=1e-6)  # normalised AOs
+    capsys.readouterr()
+    assert main(args) == 0
+    assert "0 computed, 1 already done" in capsys.readouterr().err
+    assert main([*args, "--format", "npz"]) == 2
+    assert "use --format deeph" in capsys.readouterr().err
