@@ -123,7 +123,8 @@ class Linear(Baseline):
 
 
 BASELINES = {cls.name: cls for cls in (NoChange, TrainMean, Additive, Linear)}  # closed-form, fast
-TRAINED = {"perturbed_vae": "sciml.cells.perturbed_vae:PerturbedVAE"}  # trained by gradient descent (seconds)
+TRAINED = {"perturbed_vae": "sciml.cells.perturbed_vae:PerturbedVAE",  # gradient descent (tens of seconds)
+           "combination": "sciml.cells.combination:LearnedCombination"}  # boosted per-gene rule (seconds)
 
 
 def get_baseline(name: str, **kwargs) -> Baseline:

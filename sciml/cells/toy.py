@@ -9,8 +9,10 @@ from sciml.cells.conditions import format_condition
 
 def toy_adata(n_genes: int = 12, n_singles: int = 4, doubles: list[tuple[int, int]] | None = None,
               cells: int = 30, control_cells: int = 60, noise: float = 0.2, seed: int = 0,
-              control_label: str = "ctrl", key: str = "condition"):
-    """An AnnData whose condition means are *exactly* additive: μ_c = μ_0 + Σ_{g ∈ c} δ_g.
+              control_label: str = "ctrl", key: str = "condition", interaction: float = 0.0):
+    """An AnnData whose condition means are *exactly* additive: μ_c = μ_0 + Σ_{g ∈ c} δ_g (``interaction = 0``).
+
+    With ``interaction = κ`` a double's mean is μ_0 + δ_a + δ_b + κ·δ_a·δ_b (a per-gene non-additive rule).
 
     Cells are ``μ_c + noise`` with the noise centred per condition, so the empirical means are exact and the
     additive baseline is exact to float precision. Genes ``g00, g01, ...``; singles perturb the first genes.
@@ -27,6 +29,8 @@ def toy_adata(n_genes: int = 12, n_singles: int = 4, doubles: list[tuple[int, in
         Per-cell Gaussian sd (log1p units); the base level 5 keeps all values positive.
     seed : int
         Seed of ``numpy.random.default_rng``.
+    interaction : float
+        κ, the strength of the per-gene product interaction of doubles.
     control_label, key : str
         Label of control cells and the ``obs`` column of conditions (``ctrl``/``condition`` = GEARS; any other
         control label writes singles scPerturb-style as ``A``).
@@ -46,7 +50,10 @@ def toy_adata(n_genes: int = 12, n_singles: int = 4, doubles: list[tuple[int, in
     for cond in conds:
         n = control_cells if not cond else cells
         eps = rng.normal(0.0, noise, (n, n_genes))
-        xs.append(base + effect[list(cond)].sum(0) + eps - eps.mean(0))
+        mean = base + effect[list(cond)].sum(0)
+        if len(cond) == 2:
+            mean = mean + interaction * effect[cond[0]] * effect[cond[1]]
+        xs.append(mean + eps - eps.mean(0))
         label = format_condition([genes[g] for g in cond])
         if control_label != "ctrl" and len(cond) == 1:  # scPerturb style: 'A' rather than 'A+ctrl'
             label = genes[cond[0]]

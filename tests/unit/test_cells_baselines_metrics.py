@@ -111,3 +111,20 @@ def test_evaluate_baselines_table(dm):
     assert (df.groupby("model").size() == len(dm.conditions["test"])).all()
     best = df.groupby("model")["mse"].mean()
     assert best["additive"] < 1e-8 < best["no_change"]
+
+
+def test_learned_combination_beats_additive_on_interacting_toy(tmp_path):
+    from sciml.cells.baselines import get_baseline
+
+    adata = toy_adata(n_genes=30, n_singles=8, cells=20, seed=4, interaction=-1.5)
+    path = write_h5ad(adata, tmp_path / "inter.h5ad")
+    dm = PerturbationDataModule(str(path), split={"kind": "additive", "seed": 0, "holdout": 0.4}, knn=4)
+    dm.setup()
+    err = {}
+    for name in ("additive", "combination"):
+        model = get_baseline(name).fit(dm)
+        test = dm.conditions["test"]
+        err[name] = np.mean([np.mean((model.predict_mean(c) - dm.cells(c).mean(0)) ** 2) for c in test])
+    assert err["combination"] < 0.5 * err["additive"]
+    single = next(c for c in dm.conditions["train"] if len(dm.perturbation(c)) == 1)
+    np.testing.assert_allclose(get_baseline("combination").fit(dm).delta(single), Additive().fit(dm).delta(single))
