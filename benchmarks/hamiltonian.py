@@ -1,0 +1,172 @@
+"""Benchmark the Hamiltonian family on held-out conformers of water (and ethanol), one seeded split each.
+
+Measured in this one run, on the same test split: our model (ΔH = H − H0 from H0 irreps, real + orbital-energy
+loss), the same without H0 input (predicts H), the same without the reciprocal-space (orbital-energy) term,
+and H0 itself. Metrics (``sciml.hamiltonian.export.evaluate``): H MAE over all matrix entries (µHa), the
+gauge-corrected MAE (refs/HAMILTONIAN.md), occupied orbital-energy MAE (meV), HOMO–LUMO gap MAE (meV),
+occupied-orbital cosine similarity (%), and for our model the coverage / width of 90% split-conformal
+intervals on orbital energies (calibrated on the calib split). Speed: model inference per molecule vs a pyscf
+SCF of the same molecules, timed in this run (plus the pyscf H0/S build that prediction needs).
+Writes ``benchmarks/results/hamiltonian.json``.
+
+Usage::
+
+    python benchmarks/hamiltonian.py [--epochs 60] [--ethanol-epochs 60] [--main-run runs/ham-water-c] [--scf 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from sciml.cli.config import load_config
+from sciml.hamiltonian.data import collate
+from sciml.hamiltonian.export import calibrate, evaluate, summarise
+from sciml.io.atomic import atomic_write_text
+from sciml.io.checkpoint import load_lightning_checkpoint
+from sciml.models.hamiltonian import HamiltonianModule
+from sciml.tasks.hamiltonian import hamiltonian_datamodule
+from sciml.train import train
+
+ROOT = Path(__file__).resolve().parents[1]
+VARIANTS = {"ours": {}, "no_h0_input": {"network": {"use_h0": False}}, "no_reciprocal_loss": {"loss": {"eig": 0.0}}}
+
+
+def load(ckpt: Path) -> HamiltonianModule:
+    """A HamiltonianModule from a Lightning checkpoint (weights only, strict), in eval mode."""
+    state = load_lightning_checkpoint(ckpt)
+    module = HamiltonianModule(**state["hyper_parameters"])
+    module.load_state_dict(state["state_dict"], strict=True)
+    return module.eval()
+
+
+def fit_variant(cfg: dict, name: str, epochs: int, out: Path) -> Path:
+    """Train one variant in ``out/<name>-e<epochs>`` (reused when its best.ckpt exists); return best.ckpt."""
+    cfg = copy.deepcopy(cfg)
+    for section, values in VARIANTS[name].items():
+        cfg["model"][section] = (cfg["model"].get(section) or {}) | values
+    cfg["run_dir"] = str(out / f"{name}-e{epochs}")
+    cfg["trainer"] |= {"max_epochs": epochs, "enable_progress_bar": False}
+    ckpt = Path(cfg["run_dir"]) / "checkpoints" / "best.ckpt"
+    if not ckpt.is_file() or not (Path(cfg["run_dir"]) / "calibrator.json").is_file():
+        start = time.perf_counter()
+        train(cfg, test=False)
+        (Path(cfg["run_dir"]) / "train_seconds.txt").write_text(f"{time.perf_counter() - start:.1f}\n")
+    return ckpt
+
+
+def measure(module, dm, alpha: float) -> dict:
+    """Test metrics plus conformal coverage of orbital energies (calib split → test split)."""
+    return calibrate(module, dm, alpha)[1]
+
+
+def inference_seconds(module, dm, n: int = 20) -> float:
+    """Median wall time of one molecule's forward + assembly + eigenvalues (batch of 1, after a warm-up)."""
+    samples = dm.datasets["test"][:n]
+    module.predict_step(collate(samples[:1]))
+    times = []
+    for s in samples:
+        start = time.perf_counter()
+        module.predict_step(collate([s]))
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def scf_seconds(path: str, indices: list[int], threads: int) -> dict:
+    """Time a pyscf SCF (same settings as the data) and the H0+S build time of prediction, per molecule."""
+    from sciml.hamiltonian.generate import SCFSettings, run_molecule_scf
+    from sciml.hamiltonian.npz import read_npz
+    from sciml.hamiltonian.predict import zeroth_step
+
+    structures, layout = read_npz(path)
+    scf, zeroth = [], []
+    for k in indices:
+        s = structures[k]
+        scf.append(run_molecule_scf(s.numbers, s.positions, SCFSettings(threads=threads))["scf_seconds"])
+        start = time.perf_counter()
+        zeroth_step(s.numbers, s.positions, s.meta.get("basis", "def2-svp"), s.meta.get("xc", "pbe"), layout)
+        zeroth.append(time.perf_counter() - start)
+    return {"scf_seconds": float(np.mean(scf)), "h0_and_overlap_seconds": float(np.mean(zeroth)),
+            "n_molecules": len(indices)}
+
+
+def molecule(config: str, epochs: int, out: Path, variants, alpha: float, main_run: str | None,
+             limit: int | None = None) -> dict:
+    """Train/measure ``variants`` of one molecule's config, plus H0 itself and optionally a longer main run."""
+    cfg = load_config(ROOT / config)
+    cfg["data"]["limit"] = limit
+    dm = hamiltonian_datamodule(cfg)
+    results, modules = {}, {}
+    for name in variants:
+        ckpt = fit_variant(cfg, name, epochs, out / Path(config).stem)
+        modules[name] = load(ckpt)
+        results[name] = measure(modules[name], dm, alpha) | {"epochs": epochs}
+        print(name, json.dumps(results[name]), flush=True)
+    results["h0_itself"] = summarise(evaluate(next(iter(modules.values())), dm.test_dataloader(), h_source="h0"))
+    if main_run and (Path(main_run) / "checkpoints" / "best.ckpt").is_file():
+        modules["main"] = load(Path(main_run) / "checkpoints" / "best.ckpt")
+        results["ours_main_run"] = measure(modules["main"], dm, alpha) | {"run": main_run}
+    best = modules.get("main", modules["ours"])
+    results["speed"] = {"model_seconds_per_molecule": inference_seconds(best, dm)}
+    results["split_sizes"] = dm.split_sizes()
+    results["data"] = cfg["data"]["path"]
+    return results
+
+
+def main() -> None:
+    """Parse arguments, run water and ethanol, time pyscf, write the JSON, print the table."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--epochs", type=int, default=60)
+    p.add_argument("--ethanol-epochs", type=int, default=60)
+    p.add_argument("--main-run", default=None, help="a longer water run folder to evaluate as well")
+    p.add_argument("--scf", type=int, default=2, help="conformers timed with a pyscf SCF")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--alpha", type=float, default=0.1)
+    p.add_argument("--limit", type=int, default=None, help="use only the first N conformers (smoke tests)")
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "runs"))
+    p.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "hamiltonian.json"))
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    res = {"settings": vars(args) | {"torch_threads": args.threads}}
+    res["water"] = molecule("configs/hamiltonian/water.yaml", args.epochs, out, list(VARIANTS), args.alpha,
+                            args.main_run, args.limit)
+    res["ethanol"] = molecule("configs/hamiltonian/ethanol.yaml", args.ethanol_epochs, out, ["ours"], args.alpha,
+                              None, args.limit)
+    for mol in ("water", "ethanol"):
+        cfg = load_config(ROOT / f"configs/hamiltonian/{mol}.yaml")
+        split = json.loads((out / mol / f"ours-e{args.epochs if mol == 'water' else args.ethanol_epochs}"
+                            / "split.json").read_text())
+        idx = [int(s.rsplit(":", 1)[1]) for s in split["test"][: args.scf]]
+        speed = res[mol]["speed"] | scf_seconds(cfg["data"]["path"], idx, args.threads)
+        speed["scf_over_model"] = speed["scf_seconds"] / speed["model_seconds_per_molecule"]
+        speed["scf_over_model_plus_h0"] = speed["scf_seconds"] / (speed["model_seconds_per_molecule"]
+                                                                  + speed["h0_and_overlap_seconds"])
+        res[mol]["speed"] = speed
+    atomic_write_text(args.output, json.dumps(res, indent=1))
+    print_table(res)
+    print(f"wrote {args.output}")
+
+
+def print_table(res: dict) -> None:
+    """Print one row per model and a speed line per molecule."""
+    cols = ("h_mae_microhartree", "gauge_mae_microhartree", "occupied_energy_mae_mev", "gap_mae_mev",
+            "occupied_cosine_percent", "test_coverage")
+    print(f"{'molecule':8} {'model':20} " + " ".join(f"{c[:16]:>16}" for c in cols))
+    for mol in ("water", "ethanol"):
+        for name, row in res[mol].items():
+            if isinstance(row, dict) and "h_mae_microhartree" in row:
+                print(f"{mol:8} {name:20} " + " ".join(f"{row.get(c, float('nan')):16.3f}" for c in cols))
+        s = res[mol]["speed"]
+        print(f"{mol:8} speed: model {1e3 * s['model_seconds_per_molecule']:.1f} ms, SCF {s['scf_seconds']:.2f} s "
+              f"(ratio {s['scf_over_model']:.0f}x; with pyscf H0+S {s['scf_over_model_plus_h0']:.1f}x)")
+
+
+if __name__ == "__main__":
+    main()
