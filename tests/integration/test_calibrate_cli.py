@@ -95,3 +95,19 @@ def test_missing_model_folder(tmp_path: Path, data: Path, capsys) -> None:
     """A missing artifact folder names the path and how to create one."""
     assert main(["calibrate", "--model", str(tmp_path / "none"), "--data", str(data)]) == 2
     assert "no such model folder" in capsys.readouterr().err
+
+
+def test_id_prop_folder_input(model: Path, data: Path, tmp_path: Path) -> None:
+    """A folder with id_prop.csv and CIF files works like the CSV; the record holds the id_prop.csv hash."""
+    import pandas as pd
+
+    folder = tmp_path / "cifs"
+    folder.mkdir()
+    table = pd.read_csv(data)
+    for ident, cif in zip(table["material_id"], table["cif"], strict=True):
+        (folder / f"{ident}.cif").write_text(cif)
+    table[["material_id", "heat_all"]].to_csv(folder / "id_prop.csv", header=False, index=False)
+    assert main(["calibrate", "--model", str(model), "--data", str(folder), "--holdout", "0.25"]) == 0
+    rec = json.loads((model / "metadata.json").read_text())["recalibration"]
+    assert rec["n_fit"] == 30 and rec["n_holdout"] == 10
+    assert rec["data_sha256"] == _sha(folder / "id_prop.csv")
