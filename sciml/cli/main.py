@@ -10,10 +10,10 @@ import argparse
 import os
 import sys
 
-from sciml.cli import calibrate, crystal, data, export, fit, hamiltonian
+from sciml.cli import calibrate, crystal, data, export, fit, hamiltonian, perturbation
 
 VERBS = {"fit": fit, "validate": fit, "test": fit, "export": export, "crystal": crystal, "data": data,
-         "calibrate": calibrate, "hamiltonian": hamiltonian}
+         "calibrate": calibrate, "hamiltonian": hamiltonian, "perturbation": perturbation}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -19,7 +19,8 @@ from sciml.nn.perturbation import PATHS, PADTransformer, integrate, mmd2
 from sciml.types import Prediction
 
 FLOW_DEFAULTS = {"path": "control", "sigma": 0.1, "ot": True, "mmd_weight": 0.5, "mmd_scales": [0.5, 1.0, 2.0, 4.0],
-                 "steps": 20, "method": "rk4", "val_steps": 4, "max_genes": None}
+                 "steps": 20, "method": "rk4", "val_steps": 4, "max_genes": None, "prior_dropout": 0.2}
+PRIOR_CHANNELS = 4
 OPTIM_DEFAULTS = {"lr": 1e-3, "weight_decay": 1e-4, "scheduler": "cosine"}
 
 
@@ -43,15 +44,25 @@ class PerturbationFlow(L.LightningModule):
         steps of the validation metric), ``max_genes`` (random gene subset per training step, ``None``: all).
     optim : dict
         Over :data:`OPTIM_DEFAULTS`: ``lr``, ``weight_decay``, ``scheduler`` (``cosine`` or ``none``).
+    effect_prior : bool
+        Condition the control tokens on the measured mean effects of the perturbed genes' singles in the
+        training split (buffers ``single_effect`` ``(V, G)``, ``has_effect`` ``(V,)``, set by
+        :meth:`set_single_effects`): per gene ``Δ_a + Δ_b``, ``Δ_a·Δ_b`` and the counts of known and perturbed
+        genes. A double of seen singles thus starts from the additive effect and the network learns the
+        interaction; unknown singles (held-out genes) enter as zeros. During training each known effect is
+        hidden with probability ``flow.prior_dropout`` so the model also learns to predict without it.
 
     """
 
     def __init__(self, network: dict, genes: list[str], n_measured: int | None = None,
                  perturbed_genes: list[str] | None = None, flow: dict | None = None,
-                 optim: dict | None = None) -> None:
+                 optim: dict | None = None, effect_prior: bool = True) -> None:
         super().__init__()
         self.save_hyperparameters()
-        self.net = PADTransformer(len(genes), **network)
+        self.net = PADTransformer(len(genes), prior_channels=PRIOR_CHANNELS if effect_prior else 0, **network)
+        n_measured = n_measured or len(genes)
+        self.register_buffer("single_effect", torch.zeros(len(genes), n_measured))
+        self.register_buffer("has_effect", torch.zeros(len(genes), dtype=torch.bool))
         self.flow = FLOW_DEFAULTS | (flow or {})
         self.optim = OPTIM_DEFAULTS | (optim or {})
         if self.flow["path"] not in PATHS:
@@ -59,13 +70,43 @@ class PerturbationFlow(L.LightningModule):
         kwargs = {"ot": bool(self.flow["ot"])} if self.flow["path"] == "control" else {}
         self.path = PATHS[self.flow["path"]](sigma=self.flow["sigma"], **kwargs)
 
-    def velocity(self, x: Tensor, t: Tensor, x_ctrl: Tensor, pert: Tensor, genes: Tensor | None = None) -> Tensor:
-        """``v_θ`` for ``x``, ``x_ctrl`` ``(C, N, G)``, ``t`` ``(C, N)``, ``pert`` ``(C, P)`` → ``(C, N, G)``."""
+    def set_single_effects(self, effects: dict[int, Tensor]) -> None:
+        """Store measured single effects ``{vocabulary index: Δ (G,)}`` (training split only)."""
+        self.single_effect.zero_()
+        self.has_effect.zero_()
+        for i, delta in effects.items():
+            self.single_effect[i] = torch.as_tensor(delta, dtype=self.single_effect.dtype)
+            self.has_effect[i] = True
+
+    def prior(self, pert: Tensor, genes: Tensor | None = None) -> Tensor | None:
+        """Effect-prior channels ``(C, G, 4)`` of ``pert`` ``(C, P)``; ``None`` when ``effect_prior`` is off."""
+        if not self.hparams.effect_prior:
+            return None
+        valid = pert >= 0
+        known = valid & self.has_effect[pert.clamp_min(0)]
+        if self.training and self.flow["prior_dropout"] > 0:
+            known = known & (torch.rand(known.shape, device=known.device) >= self.flow["prior_dropout"])
+        d = self.single_effect[pert.clamp_min(0)] * known[..., None]  # (C, P, G)
+        if genes is not None:
+            d = d[..., genes]
+        counts = torch.stack([known.sum(-1), valid.sum(-1)], -1).to(d.dtype) / pert.shape[-1]  # (C, 2)
+        feats = torch.stack([d.sum(1), d.prod(1) if d.shape[1] > 1 else torch.zeros_like(d[:, 0])], -1)
+        return torch.cat([feats, counts[:, None].expand(-1, d.shape[-1], -1)], -1)
+
+    def velocity(self, x: Tensor, t: Tensor, x_ctrl: Tensor, pert: Tensor, genes: Tensor | None = None,
+                 prior: Tensor | None = None) -> Tensor:
+        """``v_θ`` for ``x``, ``x_ctrl`` ``(C, N, G)``, ``t`` ``(C, N)``, ``pert`` ``(C, P)`` → ``(C, N, G)``.
+
+        ``prior``: effect-prior channels ``(C, G, k)`` from :meth:`prior` (computed here when ``None``).
+        """
         c, n, g = x.shape
+        prior = self.prior(pert, genes) if prior is None else prior
         ctrl_mean = x_ctrl.mean(1, keepdim=True).expand_as(x_ctrl)
         flat = [a.reshape(c * n, g) for a in (x, x_ctrl, ctrl_mean)]
         p = pert[:, None].expand(c, n, pert.shape[-1]).reshape(c * n, -1)
-        return self.net(flat[0], t.reshape(-1), flat[1], flat[2], p, genes).view(c, n, g)
+        if prior is not None:
+            prior = prior[:, None].expand(c, n, g, prior.shape[-1]).reshape(c * n, g, -1)
+        return self.net(flat[0], t.reshape(-1), flat[1], flat[2], p, genes, prior).view(c, n, g)
 
     def _subset(self, n_genes: int) -> Tensor | None:
         k = self.flow["max_genes"]
@@ -93,9 +134,10 @@ class PerturbationFlow(L.LightningModule):
                generator: torch.Generator | None = None) -> Tensor:
         """One generated cell per control cell: ``x_ctrl`` ``(C, N, G)``, ``pert`` ``(C, P)`` → ``(C, N, G)``."""
         x0 = self.path.initial(x_ctrl, generator)
+        prior = self.prior(pert)
 
         def field(x: Tensor, t: Tensor) -> Tensor:
-            return self.velocity(x, t.expand(x.shape[:2]), x_ctrl, pert)
+            return self.velocity(x, t.expand(x.shape[:2]), x_ctrl, pert, prior=prior)
 
         return integrate(field, x0, steps or self.flow["steps"], method or self.flow["method"])
 

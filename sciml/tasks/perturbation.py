@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
 from sciml.cells.datamodule import PerturbationDataModule
 from sciml.models.perturbation import PerturbationFlow
 
@@ -26,6 +28,19 @@ def build_perturbation(cfg: dict, run_dir: Path | None = None) -> tuple[Perturba
     model_cfg = cfg["model"]
     model = PerturbationFlow(network=model_cfg.get("network", {}), genes=list(dm.perturbation_genes),
                              n_measured=len(dm.genes), perturbed_genes=training_perturbed_genes(dm),
-                             flow=model_cfg.get("flow"), optim=model_cfg.get("optim"))
+                             flow=model_cfg.get("flow"), optim=model_cfg.get("optim"),
+                             effect_prior=bool(model_cfg.get("effect_prior", True)))
     model.net.set_graph(dm.gene_graph)
+    model.set_single_effects(training_single_effects(dm))
     return dm, model
+
+
+def training_single_effects(dm: PerturbationDataModule) -> dict[int, torch.Tensor]:
+    """``{vocabulary index: mean effect (G,)}`` of the single perturbations in the training split."""
+    out = {}
+    for key in dm.conditions["train"]:
+        genes = dm.perturbation(key)
+        if len(genes) == 1:
+            delta = dm.cells(key).mean(0) - dm.control_matrix(key).mean(0)
+            out[dm.encode(key)[0]] = torch.as_tensor(delta, dtype=torch.float32)
+    return out

@@ -61,6 +61,9 @@ class PADTransformer(nn.Module):
         Graph-propagation hops of the perturbation embedding.
     graph_mask : bool
         Mask attention with the gene graph (set by :meth:`set_graph`); otherwise attention is dense.
+    prior_channels : int
+        Extra per-gene conditioning channels ``k`` added to the control tokens (e.g. the measured effects of
+        the perturbed genes' singles, see :class:`~sciml.models.perturbation.PerturbationFlow`).
 
     Notes
     -----
@@ -70,13 +73,13 @@ class PADTransformer(nn.Module):
     """
 
     def __init__(self, n_genes: int, dim: int = 64, depth: int = 2, heads: int = 4, hops: int = 2,
-                 graph_mask: bool = True) -> None:
+                 graph_mask: bool = True, prior_channels: int = 0) -> None:
         super().__init__()
         self.n_genes, self.graph_mask = n_genes, graph_mask
         self.gene = nn.Embedding(n_genes, dim)
         nn.init.normal_(self.gene.weight, std=0.02)
         self.value = ValueEncoder(dim, 1)
-        self.ctrl_value = ValueEncoder(dim, 2)
+        self.ctrl_value = ValueEncoder(dim, 2 + prior_channels)
         self.flag = nn.Parameter(torch.zeros(dim))
         self.time = TimeEmbedding(dim)
         self.pert = PerturbationEmbedding(n_genes, dim, hops)
@@ -100,7 +103,7 @@ class PADTransformer(nn.Module):
         super()._load_from_state_dict(state_dict, prefix, *args)
 
     def forward(self, x_t: Tensor, t: Tensor, x_ctrl: Tensor, ctrl_mean: Tensor, pert: Tensor,
-                genes: Tensor | None = None) -> Tensor:
+                genes: Tensor | None = None, prior: Tensor | None = None) -> Tensor:
         """Velocity ``(B, G)``.
 
         Parameters
@@ -115,13 +118,18 @@ class PADTransformer(nn.Module):
             ``(G,)`` vocabulary indices of the columns (a gene subset); ``None`` means the first ``G``
             vocabulary entries (the measured genes come first in the vocabulary, unmeasured perturbed
             genes after them).
+        prior : Tensor or None
+            ``(B, G, prior_channels)`` extra per-gene conditioning (required when ``prior_channels > 0``).
 
         """
         idx = torch.arange(x_t.shape[-1], device=x_t.device) if genes is None else genes
         table = self.gene(idx)[None]
         is_pert = (idx[None, :, None] == pert[:, None, :]).any(-1, keepdim=True).to(x_t.dtype)
         h = table + self.value(x_t[..., None]) + is_pert * self.flag
-        ctrl = table + self.ctrl_value(torch.stack([x_ctrl, ctrl_mean], -1))
+        channels = torch.stack([x_ctrl, ctrl_mean], -1)
+        if prior is not None:
+            channels = torch.cat([channels, prior], -1)
+        ctrl = table + self.ctrl_value(channels)
         cond = self.time(t) + self.pert(pert, self.gene.weight, self.adjacency)
         mask = submask(self.adjacency, idx) if self.graph_mask else None
         for block in self.blocks:
