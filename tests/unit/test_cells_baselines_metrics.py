@@ -108,6 +108,7 @@ def test_evaluate_baselines_table(dm):
 
     df = evaluate_baselines(dm)  # all control cells: shifted sample means are the predicted means exactly
     assert set(df["model"]) == {"no_change", "train_mean", "additive", "linear", "noise_ceiling"}
+    assert set(df["split"]) == {"test"}
     assert (df.groupby("model").size() == len(dm.conditions["test"])).all()
     best = df.groupby("model")["mse"].mean()
     assert best["additive"] < 1e-8 < best["no_change"]
@@ -128,3 +129,15 @@ def test_learned_combination_beats_additive_on_interacting_toy(tmp_path):
     assert err["combination"] < 0.5 * err["additive"]
     single = next(c for c in dm.conditions["train"] if len(dm.perturbation(c)) == 1)
     np.testing.assert_allclose(get_baseline("combination").fit(dm).delta(single), Additive().fit(dm).delta(single))
+
+
+def test_simulator_baselines_one_seed(tmp_path):
+    from sciml.cells.compare import simulator_baselines
+
+    df = simulator_baselines(seeds=(0,), names=("additive",), workdir=str(tmp_path))
+    assert set(df["model"]) == {"additive", "noise_ceiling"} and set(df["split"]) == {"test", "calib"}
+    add = df[df["model"] == "additive"]
+    assert add["interacting"].any() and set(add["category"]) == {"double_seen2"}
+    ceiling = df[df["model"] == "noise_ceiling"]
+    # interactions are real: the additive error on interacting doubles is far above the half-split noise ceiling
+    assert add[add["interacting"].astype(bool)]["mse"].mean() > 5 * ceiling["mse"].mean()
