@@ -36,7 +36,7 @@ def add_parser(sub, name: str) -> None:
     p.add_argument("--kmesh", type=int, nargs=3, default=[2, 2, 2], help="crystal SCF k-mesh")
     p.add_argument("--fock-kmesh", type=int, nargs=3, default=None,
                    help="k-mesh of the non-SCF Fock builds Fourier-transformed to H(R) (default: max(6, kmesh))")
-    p.add_argument("--cutoff", type=float, default=10.0, help="crystal pair cutoff for H(R), S(R) blocks, Å")
+    p.add_argument("--cutoff", type=float, default=14.0, help="crystal pair cutoff for H(R), S(R) blocks, Å")
     p.add_argument("--pseudo", default="gth-pbe", help="crystal pseudopotential")
     p.add_argument("--ke-cutoff", type=float, default=None,
                    help="crystal plane-wave kinetic-energy cutoff, Hartree (default: pyscf's from its precision)")

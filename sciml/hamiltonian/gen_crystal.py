@@ -35,7 +35,7 @@ class CrystalSettings:
     pseudo: str = "gth-pbe"
     kmesh: tuple[int, int, int] = (2, 2, 2)
     fock_kmesh: tuple[int, int, int] = (6, 6, 6)
-    cutoff: float | None = 10.0
+    cutoff: float | None = 14.0
     conv_tol: float = 1e-10
     ke_cutoff: float | None = None
     exact_overlap: bool = True  # S(R) by real-space integrals; False: Fourier of S(k) on fock_kmesh (mesh-exact)
