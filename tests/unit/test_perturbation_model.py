@@ -75,3 +75,29 @@ def test_state_dict_roundtrip_keeps_graph():
 def test_unknown_path_is_rejected():
     with pytest.raises(ValueError, match="flow.path"):
         _model("schrodinger")
+
+
+def test_evaluation_in_strided_gene_chunks():
+    m = _model(max_genes=3).eval()
+    b = _batch()
+    for p in m.parameters():
+        if p.dim() > 1 and (p == 0).all():
+            torch.nn.init.normal_(p, std=0.1)
+    t = torch.rand(3, 16)
+    v = m.velocity(b["x_pert"], t, b["x_ctrl"], b["pert_genes"])
+    prior = m.prior(b["pert_genes"])
+    for i in range(3):  # ceil(8 / 3) = 3 chunks: genes i, i+3, ...
+        idx = torch.arange(i, G, 3)
+        part = m.velocity(b["x_pert"][..., idx], t, b["x_ctrl"][..., idx], b["pert_genes"], idx, prior[:, idx])
+        torch.testing.assert_close(v[..., idx], part)
+
+
+def test_effect_prior_channels():
+    m = _model().eval()
+    m.set_single_effects({0: torch.arange(G, dtype=torch.float32), 1: torch.ones(G)})
+    pr = m.prior(torch.tensor([[0, 1], [0, -1], [9, -1]]))
+    assert pr.shape == (3, G, 4)
+    torch.testing.assert_close(pr[0, :, 0], torch.arange(G) + 1.0)  # Δa + Δb
+    torch.testing.assert_close(pr[0, :, 1], torch.arange(G, dtype=torch.float32))  # Δa·Δb
+    torch.testing.assert_close(pr[1, 0, 2:], torch.tensor([0.5, 0.5]))  # one known of one perturbed (of width 2)
+    assert (pr[2, :, :3] == 0).all()  # gene 9 has no measured single: unknown
