@@ -18,6 +18,9 @@ not used here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
@@ -64,6 +67,10 @@ class SnapUQ(nn.Module):
         Feature size ``d_l`` of each tap.
     rank : int
         Rank ``r`` of the projections ``P_l``.
+    pool : callable, optional
+        ``pool(activation, x) -> (n, d_l)``: per-example pooling of a tap's output for the model input ``x``
+        (default: mean over the axes between batch and features). Graph models pass e.g. a mean over each
+        graph's nodes, ``lambda a, batch: torch_geometric.utils.scatter(a, batch.batch, reduce="mean")``.
 
     Notes
     -----
@@ -71,7 +78,8 @@ class SnapUQ(nn.Module):
 
     """
 
-    def __init__(self, model: nn.Module, taps: list[str], dims: list[int], rank: int = 8) -> None:
+    def __init__(self, model: nn.Module, taps: list[str], dims: list[int], rank: int = 8,
+                 pool: Callable[[Tensor, Any], Tensor] | None = None) -> None:
         super().__init__()
         modules = dict(model.named_modules())
         if len(taps) < 2 or len(taps) != len(dims) or any(t not in modules for t in taps):
@@ -79,6 +87,7 @@ class SnapUQ(nn.Module):
         if not is_int(rank) or rank < 1:
             raise ValueError(f"'rank' must be a positive integer, got {rank!r}")
         self._model, self.taps = [model], list(taps)  # list: keep the model out of this module's parameters
+        self.pool = pool or (lambda a, _x: _pool(a))
         self.proj = nn.ModuleList(nn.Linear(d, rank, bias=False) for d in dims[:-1])
         self.heads = nn.ModuleList(nn.Linear(rank, 2 * d) for d in dims[1:])
         self.register_buffer("knots_x", torch.empty(0, dtype=torch.float64))
@@ -95,7 +104,7 @@ class SnapUQ(nn.Module):
         finally:
             for h in hooks:
                 h.remove()
-        return out, [_pool(acts[t]).detach() for t in self.taps]
+        return out, [self.pool(acts[t], x).detach() for t in self.taps]
 
     def _terms(self, acts: list[Tensor]) -> tuple[Tensor, Tensor]:
         nll, surprisal = 0.0, 0.0

@@ -60,3 +60,22 @@ def test_bad_taps() -> None:
         SnapUQ(model, taps=["0", "nope"], dims=[4, 1])
     with pytest.raises(RuntimeError, match="calibrate"):
         SnapUQ(model, taps=["0", "1"], dims=[4, 1]).sigma(torch.rand(3, 2))
+
+
+def test_custom_pool_for_node_level_taps() -> None:
+    """Node-level activations (n_nodes, d) are pooled per graph by a user pool; S has one value per graph."""
+    from torch_geometric.utils import scatter
+
+    class NodeNet(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Linear(3, 8), nn.Linear(8, 8)
+
+        def forward(self, graph):
+            return scatter(self.b(torch.tanh(self.a(graph["x"]))), graph["batch"], reduce="mean")
+
+    g = torch.Generator().manual_seed(0)
+    graph = {"x": torch.randn(50, 3, generator=g), "batch": torch.arange(10).repeat_interleave(5)}
+    snap = SnapUQ(NodeNet(), ["a", "b"], [8, 8], rank=2,
+                  pool=lambda act, x: scatter(act, x["batch"], reduce="mean")).fit_heads(graph, epochs=20)
+    assert snap.surprisal(graph).shape == (10,)
