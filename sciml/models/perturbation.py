@@ -142,9 +142,12 @@ class PerturbationFlow(L.LightningModule):
 
     @torch.no_grad()
     def sample(self, x_ctrl: Tensor, pert: Tensor, steps: int | None = None, method: str | None = None,
-               generator: torch.Generator | None = None) -> Tensor:
-        """One generated cell per control cell: ``x_ctrl`` ``(C, N, G)``, ``pert`` ``(C, P)`` → ``(C, N, G)``."""
-        x0 = self.path.initial(x_ctrl, generator)
+               generator: torch.Generator | None = None, x0: Tensor | None = None) -> Tensor:
+        """One generated cell per control cell: ``x_ctrl`` ``(C, N, G)``, ``pert`` ``(C, P)`` → ``(C, N, G)``.
+
+        ``x0``: start of the ODE (default: the path's start drawn with ``generator``).
+        """
+        x0 = self.path.initial(x_ctrl, generator) if x0 is None else x0
         prior = self.prior(pert)
 
         def field(x: Tensor, t: Tensor) -> Tensor:

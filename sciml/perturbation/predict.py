@@ -35,19 +35,20 @@ def generate(module: PerturbationFlow, ctrl: np.ndarray, rows: list[list[int]], 
              steps: int | None = None, method: str | None = None) -> np.ndarray:
     """Generated cells ``(C, n_cells, G)`` float32 for ``rows`` (``pert_genes`` rows) from control cells ``(n, G)``.
 
-    Conditions are integrated in groups of at most :data:`MAX_CELLS_PER_CALL` cells; each group's noise and
-    control draws come from ``seed``, so results do not depend on the grouping of other conditions.
+    Conditions are integrated in groups of at most :data:`MAX_CELLS_PER_CALL` cells; each condition's noise and
+    control draws come from ``(seed, its position)``, so results do not depend on the other conditions.
     """
     module.eval()
     out = np.empty((len(rows), n_cells, ctrl.shape[1]), np.float32)
     per_call = max(1, MAX_CELLS_PER_CALL // n_cells)
     for start in range(0, len(rows), per_call):
         idx = range(start, min(start + per_call, len(rows)))
-        x_ctrl = np.stack([draw_controls(ctrl, n_cells, np.random.default_rng([seed, i])) for i in idx])
-        gen = torch.Generator().manual_seed(seed * 1_000_003 + start)
-        cells = module.sample(torch.as_tensor(x_ctrl, dtype=torch.float32, device=module.device),
-                              torch.as_tensor([rows[i] for i in idx], dtype=torch.long, device=module.device),
-                              steps, method, generator=gen)
+        x_ctrl = torch.as_tensor(np.stack([draw_controls(ctrl, n_cells, np.random.default_rng([seed, i]))
+                                           for i in idx]), dtype=torch.float32, device=module.device)
+        x0 = torch.cat([module.path.initial(x_ctrl[j:j + 1], torch.Generator().manual_seed(seed * 1_000_003 + i))
+                        for j, i in enumerate(idx)])
+        cells = module.sample(x_ctrl, torch.as_tensor([rows[i] for i in idx], dtype=torch.long, device=module.device),
+                              steps, method, x0=x0)
         out[start:start + len(idx)] = cells.cpu().numpy()
     return out
 

@@ -1,0 +1,117 @@
+"""End to end on a tiny simulated screen: sciml fit → sciml export --calibrate → sciml perturbation predict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from sciml.cli.main import main
+
+ROOT = Path(__file__).resolve().parents[2]
+ad = pytest.importorskip("anndata")
+
+SIM = dict(seed=0, n_genes=20, n_masters=4, n_regulators=8, n_singles=6, n_doubles=8, cells_per_condition=40,
+           control_cells=120)
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory):
+    """A model trained for 3 steps on the real grn_default config (shrunk), exported with bands."""
+    from sciml.cells.anndata_io import write_h5ad
+    from sciml.cells.simulate import simulate
+
+    tmp = tmp_path_factory.mktemp("pert")
+    data = write_h5ad(simulate(SIM), tmp / "sim.h5ad")
+    cfg = yaml.safe_load((ROOT / "configs" / "perturbation" / "grn_default.yaml").read_text())
+    cfg["run_dir"] = str(tmp / "run")
+    cfg["data"] |= {"path": str(data), "cells_per_condition": 8, "conditions_per_batch": 2, "steps_per_epoch": 3,
+                    "knn": 5}
+    cfg["model"]["network"] |= {"dim": 16, "depth": 1, "heads": 2}
+    cfg["model"]["flow"] |= {"steps": 2, "method": "euler", "val_steps": 1}
+    cfg["trainer"] |= {"max_epochs": 1, "enable_model_summary": False, "log_every_n_steps": 1}
+    (tmp / "tiny.yaml").write_text(yaml.safe_dump(cfg))
+    assert main(["fit", "--config", str(tmp / "tiny.yaml")]) == 0
+    out = tmp / "model"
+    assert main(["export", "--ckpt", str(tmp / "run" / "checkpoints" / "best.ckpt"), "--calibrate", "--alpha", "0.5",
+                 "--output", str(out)]) == 0
+    return out, data, tmp
+
+
+def test_export_writes_a_perturbation_artifact(artifact):
+    out, _, _ = artifact
+    from sciml.perturbation import load_model
+
+    predictor = load_model(out)
+    assert predictor.genes == [f"G{i:03d}" for i in range(20)]
+    assert predictor.bands is not None and predictor.bands.alpha == 0.5
+    assert "Conditional flow-matching" in (out / "README.md").read_text()
+
+
+def test_predict_writes_cells_effects_and_plots(artifact, capsys):
+    out, data, tmp = artifact
+    pred = tmp / "pred.h5ad"
+    rc = main(["perturbation", "predict", "--model", str(out), "--control", str(data), "--perturbations",
+               "G003+G000, G002", "--n-cells", "12", "--output", str(pred), "--plot"])
+    assert rc == 0
+    a = ad.read_h5ad(pred)
+    assert a.shape == (24, 20) and list(a.var_names[:2]) == ["G000", "G001"]
+    assert a.obs["condition"].value_counts().to_dict() == {"G000+G003": 12, "G002+ctrl": 12}
+    eff = a.uns["perturbation_effects"]
+    assert list(eff["conditions"]) == ["G000+G003", "G002+ctrl"]
+    assert eff["effect"].shape == (2, 20)
+    assert (eff["lower"] <= eff["effect"]).all() and (eff["effect"] <= eff["upper"]).all()
+    assert (tmp / "pred_pca.png").stat().st_size > 1000 and (tmp / "pred_effects.png").stat().st_size > 1000
+    assert "cells/s" in capsys.readouterr().err
+
+
+def test_predict_unseen_measured_gene_uses_graph_embedding(artifact, capsys):
+    out, data, tmp = artifact
+    rc = main(["perturbation", "predict", "--model", str(out), "--control", str(data), "--perturbations", "G019",
+               "--n-cells", "4", "--output", str(tmp / "unseen.h5ad")])
+    assert rc == 0
+    assert "graph embedding only" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--perturbations", "G001+NOTAGENE"], "NOTAGENE"),
+    (["--perturbations", " , "], "--perturbations is empty"),
+    (["--n-cells", "0"], "--n-cells"),
+    (["--alpha", "1.5"], "--alpha"),
+    (["--output", "pred.csv"], ".h5ad"),
+    (["--control", "missing.h5ad"], "missing.h5ad"),
+    (["--model", "no_such_model"], "no_such_model"),
+])
+def test_bad_input_is_one_line_error(artifact, capsys, args, message):
+    out, data, tmp = artifact
+    base = {"--model": str(out), "--control": str(data), "--perturbations": "G002", "--output": str(tmp / "x.h5ad")}
+    for flag, value in zip(args[::2], args[1::2], strict=True):
+        base[flag] = value if flag != "--control" else str(tmp / value)
+    argv = ["perturbation", "predict"] + [item for pair in base.items() for item in pair]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and message in err[0]
+
+
+def test_control_file_without_model_genes_is_rejected(artifact, capsys):
+    out, data, tmp = artifact
+    a = ad.read_h5ad(data)[:, 2:].copy()
+    a.write_h5ad(tmp / "fewer_genes.h5ad")
+    rc = main(["perturbation", "predict", "--model", str(out), "--control", str(tmp / "fewer_genes.h5ad"),
+               "--perturbations", "G002", "--output", str(tmp / "y.h5ad")])
+    assert rc == 2
+    assert "G000" in capsys.readouterr().err
+
+
+def test_generated_cells_depend_on_seed_only(artifact):
+    from sciml.perturbation import load_model, predict_effects
+
+    out, data, _ = artifact
+    predictor = load_model(out)
+    ctrl = ad.read_h5ad(data)
+    ctrl = np.asarray(ctrl[ctrl.obs["condition"] == "ctrl"].X)
+    a = predict_effects(predictor, ctrl, ["G002"], 6, seed=3)["cells"]
+    b = predict_effects(predictor, ctrl, ["G002", "G000+G003"], 6, seed=3)["cells"][:1]
+    np.testing.assert_array_equal(a, b)
