@@ -134,6 +134,7 @@ def test_lazy_package_exports():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+@pytest.mark.filterwarnings("ignore:Variable names are not unique")
 def test_subset_cell_types_and_duplicate_genes(tmp_path):
     adata = toy_adata()
     adata.obs["cell_type"] = np.where(np.arange(adata.n_obs) % 2, "a", "b")
