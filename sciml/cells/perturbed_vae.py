@@ -11,6 +11,9 @@ Our reading of the ICML 2026 PerturbedVAE description (no public code; a compact
 - loss = −ELBO + λ ‖mean z_inv(perturbed cells) − mean z_inv(control cells)‖² per condition (λ = 0.05);
 - prediction: encode real control cells for z_inv, draw z_p from the perturbed prior, decode the mean.
 Non-additivity of doubles can only come from the non-linear decoder.
+
+Known limitation: a double's exogenous shift (the sum of two learned shifts) can lie outside what the decoder saw
+in training, so predictions for held-out doubles vary with the seed; it is an optional reference, not a tuned model.
 """
 
 from __future__ import annotations
