@@ -1,4 +1,4 @@
-"""``sciml calibrate --model ART --data DATA --method split|mondrian [--alpha A]``: refit an artifact's calibrator.
+"""``sciml calibrate --model ART --data DATA --method split|mondrian|multigroup [--alpha A]``: refit a calibrator.
 
 The labelled data (a CSV with a ``cif`` column and the target column, or a folder with ``id_prop.csv``) is
 split at random into a fitting part and a held-out part. The new calibrator is fitted on the fitting part only;
@@ -19,7 +19,7 @@ import torch
 
 from sciml.uq.groups import GROUP_FUNCTIONS
 
-METHODS = ("split", "mondrian")
+METHODS = ("split", "mondrian", "multigroup")
 
 
 def add_parser(sub, name: str) -> None:
@@ -32,8 +32,9 @@ def add_parser(sub, name: str) -> None:
     p.add_argument("--alpha", type=float, default=0.1, help="miscoverage (default 0.1)")
     p.add_argument("--score", default=None, choices=("absolute", "normalized"),
                    help="conformity score (default: the artifact's, else absolute)")
-    p.add_argument("--group-by", default="crystal_system", choices=sorted(GROUP_FUNCTIONS),
-                   help="group function for --method mondrian")
+    p.add_argument("--group-by", default=None,
+                   help=f"group function(s) {sorted(GROUP_FUNCTIONS)}: one for --method mondrian (default "
+                   "crystal_system), comma-separated for multigroup (default crystal_system,anion)")
     p.add_argument("--target", default=None, help="target column of a CSV (default: the model's target name)")
     p.add_argument("--holdout", type=float, default=0.5, help="fraction held out to measure coverage")
     p.add_argument("--seed", type=int, default=0, help="seed of the fit/held-out split")
@@ -93,7 +94,7 @@ def _split(n: int, holdout: float, seed: int) -> tuple[torch.Tensor, torch.Tenso
 
 
 def recalibrate(model: str, data: str, method: str = "split", alpha: float = 0.1, score: str | None = None,
-                group_by: str = "crystal_system", target: str | None = None, holdout: float = 0.5,
+                group_by: str | None = None, target: str | None = None, holdout: float = 0.5,
                 seed: int = 0) -> dict:
     """Refit and write the calibrator of the artifact ``model`` on ``data``; return the record."""
     from sciml.crystal.model import load_model
@@ -114,7 +115,7 @@ def recalibrate(model: str, data: str, method: str = "split", alpha: float = 0.1
     y, structures = torch.tensor(table["y"].to_numpy(), dtype=torch.float64), list(table["structure"])
     part = {name: (mean[i], None if sigma is None else sigma[i], y[i], [structures[j] for j in i.tolist()])
             for name, i in (("fit", fit_idx), ("hold", hold_idx))}
-    cal = build_calibrator({"method": method, "group_by": group_by}, score, alpha)
+    cal = build_calibrator({"method": method} | ({"group_by": group_by} if group_by else {}), score, alpha)
     m, s, t, st = part["fit"]
     fit_calibrator(cal, m, t, s, st)
     m, s, t, st = part["hold"]

@@ -99,12 +99,16 @@ class ConformalCallback(L.Callback):
         mean, sigma, y = collect_predictions(pl_module, loader)
         calibrator = build_calibrator(self.calibration, self.score, self.alpha)
         structures = loader_structures(calibrator, loader)
-        groups = mean.new_tensor([]) if structures is None else structure_groups(calibrator.group_by, structures)
+        single = structures is not None and isinstance(calibrator.group_by, str)  # Mondrian: one label each
+        if structures is not None and not single and trainer.world_size > 1:
+            raise ValueError("calibration method 'multigroup' is fitted in one process: set it for `sciml export` "
+                             "or `sciml calibrate`, or use 'mondrian' under DDP")
+        groups = structure_groups(calibrator.group_by, structures) if single else mean.new_tensor([])
         groups = groups.to(mean)  # exact for small integers; gathered with the predictions
         if trainer.world_size > 1:
             mean, sigma, y, groups = gather_uneven(trainer.strategy, (mean, sigma, y, groups))
-        fit_calibrator(calibrator, mean.double(), y.double(), sigma.double(),
-                       groups=None if structures is None else groups.long())
+        fit_calibrator(calibrator, mean.double(), y.double(), sigma.double(), structures,
+                       groups=groups.long() if single else None)
         self.calibrator = calibrator
         if trainer.is_global_zero:
             atomic_write_text(self.run_dir / "calibrator.json", json.dumps(calibrator.to_dict()))

@@ -19,10 +19,11 @@ import torch
 from torch import Tensor, nn
 
 from .mondrian import MondrianConformal
+from .multigroup import MultiGroupConformal
 from .split import CALIBRATORS, SplitConformal
 
 __all__ = ["GROUP_FUNCTIONS", "build_calibrator", "fit_calibrator", "graph_structures", "loader_structures",
-           "predict_interval", "structure_groups"]
+           "predict_interval", "structure_groups", "structure_members"]
 
 CRYSTAL_SYSTEMS = ("triclinic", "monoclinic", "orthorhombic", "tetragonal", "trigonal", "hexagonal", "cubic")
 
@@ -53,6 +54,21 @@ def structure_groups(name: str, structures: Iterable) -> Tensor:
     return torch.tensor([GROUP_FUNCTIONS[name](s) for s in structures], dtype=torch.int64)
 
 
+def structure_members(names: list[str], structures: list,
+                      columns: list[tuple[str, int]] | None = None) -> tuple[Tensor, list[tuple[str, int]]]:
+    """Overlapping groups ``(name, value)`` of each structure: bool ``(n, G)`` and the column labels.
+
+    Without ``columns`` (fitting) they are every ``(name, value)`` seen, sorted; with them (prediction) a
+    structure whose value was never calibrated has no column for that function.
+    """
+    labels = {name: structure_groups(name, structures).tolist() for name in names}
+    if columns is None:
+        columns = sorted({(name, v) for name in names for v in labels[name]})
+    members = torch.tensor([[labels[name][i] == v for name, v in columns] for i in range(len(structures))],
+                           dtype=torch.bool).reshape(len(structures), len(columns))
+    return members, columns
+
+
 def graph_structures(batch) -> list:
     """Rebuild pymatgen structures from a batch of crystal graphs (``z``, ``pos``, ``cell``)."""
     from pymatgen.core import Lattice, Structure
@@ -75,17 +91,28 @@ def build_calibrator(cfg: Mapping[str, Any] | None, score: str, alpha: float) ->
         return SplitConformal(score=score, alpha=alpha)
     if method == "mondrian":
         return MondrianConformal(score=score, alpha=alpha, group_by=cfg.get("group_by", "crystal_system"))
-    raise ValueError(f"calibration method {method!r} is not available for models; use one of ['mondrian', 'split'] "
+    if method == "multigroup":
+        names = cfg.get("group_by", ["crystal_system", "anion"])
+        names = names.split(",") if isinstance(names, str) else list(names)
+        unknown = [n for n in names if n not in GROUP_FUNCTIONS]
+        if unknown:
+            raise ValueError(f"unknown group function(s) {unknown}; known: {sorted(GROUP_FUNCTIONS)}")
+        return MultiGroupConformal(score=score, alpha=alpha, group_by=names)
+    raise ValueError(f"calibration method {method!r} is not available for models; use one of ['mondrian', "
+                     "'multigroup', 'split'] "
                      f"(all calibrators: {sorted(CALIBRATORS)})")
 
 
-def _groups(cal: nn.Module, structures: Iterable | None) -> Tensor | None:
-    name = getattr(cal, "group_by", None)
-    if name is None:
-        return None
+def _need(cal: nn.Module, structures: Iterable | None) -> list:
     if structures is None:
-        raise ValueError(f"the calibrator groups by {name!r} and needs the structures")
-    return structure_groups(name, structures)
+        raise ValueError(f"the calibrator groups by {cal.group_by!r} and needs the structures")
+    return list(structures)
+
+
+def _groups(cal: nn.Module, structures: Iterable | None) -> Tensor | None:
+    if getattr(cal, "group_by", None) is None:
+        return None
+    return structure_groups(cal.group_by, _need(cal, structures))
 
 
 def fit_calibrator(cal: nn.Module, pred: Tensor, y: Tensor, sigma: Tensor | None,
@@ -94,6 +121,9 @@ def fit_calibrator(cal: nn.Module, pred: Tensor, y: Tensor, sigma: Tensor | None
 
     ``groups`` ``(n,)`` int64 may be given instead of ``structures`` (e.g. gathered across DDP ranks).
     """
+    if isinstance(cal, MultiGroupConformal):
+        members, columns = structure_members(cal.group_by, _need(cal, structures))
+        return cal.fit_predictions(pred, y, members, sigma, columns)
     groups = groups if groups is not None and getattr(cal, "group_by", None) else _groups(cal, structures)
     if groups is None:
         return cal.fit_predictions(pred, y, sigma)
@@ -106,6 +136,9 @@ def predict_interval(cal: nn.Module, pred: Tensor, sigma: Tensor | None, alpha: 
 
     A structure whose group had no calibration point gets the infinite interval: no guarantee is available.
     """
+    if isinstance(cal, MultiGroupConformal):
+        members, _ = structure_members(cal.group_by, _need(cal, structures), cal.columns)
+        return cal.predict_set(pred, members, sigma, alpha)
     groups = _groups(cal, structures)
     if groups is None:
         return cal.predict_set(pred, sigma=sigma, alpha=alpha)

@@ -111,3 +111,21 @@ def test_id_prop_folder_input(model: Path, data: Path, tmp_path: Path) -> None:
     rec = json.loads((model / "metadata.json").read_text())["recalibration"]
     assert rec["n_fit"] == 30 and rec["n_holdout"] == 10
     assert rec["data_sha256"] == _sha(folder / "id_prop.csv")
+
+
+def test_multigroup_refit_and_predict(model: Path, data: Path) -> None:
+    """Overlapping crystal-system and anion groups through the CLI, then crystal prediction with them."""
+    from sciml.crystal.predict import predict
+
+    assert main(["calibrate", "--model", str(model), "--data", str(data), "--method", "multigroup"]) == 0
+    cal = json.loads((model / "calibrator.json").read_text())
+    assert cal["method"] == "multigroup" and cal["group_by"] == ["crystal_system", "anion"]
+    table = predict(str(data), model=str(model), alpha=0.2)
+    assert (table["error"] == "").all() and (table["heat_all_lower"] <= table["heat_all_upper"]).all()
+
+
+def test_unknown_group_function(model: Path, data: Path, capsys) -> None:
+    """A misspelt --group-by names the known group functions."""
+    assert main(["calibrate", "--model", str(model), "--data", str(data), "--method", "multigroup",
+                 "--group-by", "crystal_system,colour"]) == 2
+    assert "unknown group function" in capsys.readouterr().err

@@ -102,3 +102,22 @@ def test_conformal_callback_mondrian_from_config(tmp_path) -> None:
     assert saved["method"] == "mondrian" and saved["group_by"] == "anion" and saved["groups"] == [8, 9]
     q = cb.calibrator.threshold()
     assert q[1] > 5 * q[0]  # the fluorides' residuals are 10x larger
+
+
+def test_multigroup_crystal_system_and_anion() -> None:
+    """Overlapping groups from two functions: columns (name, value); q = max over a structure's groups; JSON."""
+    structures = [perovskite("Sr", "Ti"), perovskite("K", "Mg", "F")] * 20
+    g = torch.Generator().manual_seed(1)
+    pred = torch.zeros(40, dtype=torch.float64)
+    y = torch.where(torch.arange(40) % 2 == 0, 0.1, 2.0).double() * torch.randn(40, generator=g, dtype=torch.float64)
+    cal = build_calibrator({"method": "multigroup", "group_by": "crystal_system,anion"}, "absolute", 0.1)
+    fit_calibrator(cal, pred, y, None, structures)
+    assert cal.columns == [("anion", 8), ("anion", 9), ("crystal_system", CRYSTAL_SYSTEMS.index("cubic"))]
+    q_g = cal.group_thresholds()
+    widths = predict_interval(cal, pred[:2], None, None, structures[:2]).size()
+    assert widths.tolist() == pytest.approx([2 * max(q_g[0], q_g[2]).item(), 2 * max(q_g[1], q_g[2]).item()])
+    again = calibrator_from_dict(json.loads(json.dumps(cal.to_dict())))
+    assert torch.equal(predict_interval(again, pred[:2], None, 0.2, structures[:2]).size(),
+                       predict_interval(cal, pred[:2], None, 0.2, structures[:2]).size())
+    with pytest.raises(ValueError, match="unknown group function"):
+        build_calibrator({"method": "multigroup", "group_by": ["anion", "colour"]}, "absolute", 0.1)
