@@ -97,7 +97,8 @@ def build_trainer(cfg: dict, run_dir: Path) -> L.Trainer:
                            every_n_train_steps=int(every) if every else None, enable_version_counter=False)
     callbacks = [best, last, LearningRateMonitor(), RNGStateCallback()]
     if calib.get("callback", True):  # false for tasks calibrated at export (perturbation effects: sciml.perturbation)
-        callbacks.append(ConformalCallback(str(run_dir), calib.get("score", "absolute"), calib.get("alpha", 0.1)))
+        callbacks.append(ConformalCallback(str(run_dir), calib.get("score", "absolute"), calib.get("alpha", 0.1),
+                                           calibration=calib))
     if on_slurm and slurm.get("auto_requeue", True):
         callbacks.append(SlurmRequeue(run_dir, requeue_signal))
     loggers = [CSVLogger(run_dir, name="logs", version=""), TensorBoardLogger(run_dir, name="tb", version="")]
