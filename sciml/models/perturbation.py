@@ -19,7 +19,8 @@ from sciml.nn.perturbation import PATHS, PADTransformer, integrate, mmd2
 from sciml.types import Prediction
 
 FLOW_DEFAULTS = {"path": "control", "sigma": 0.1, "ot": True, "mmd_weight": 0.5, "mmd_scales": [0.5, 1.0, 2.0, 4.0],
-                 "steps": 20, "method": "rk4", "val_steps": 4, "max_genes": None, "prior_dropout": 0.2}
+                 "steps": 20, "method": "rk4", "val_steps": 4, "max_genes": None, "prior_dropout": 0.2,
+                 "additive_skip": True}
 PRIOR_CHANNELS = 4
 OPTIM_DEFAULTS = {"lr": 1e-3, "weight_decay": 1e-4, "scheduler": "cosine"}
 
@@ -50,7 +51,10 @@ class PerturbationFlow(L.LightningModule):
         :meth:`set_single_effects`): per gene ``Δ_a + Δ_b``, ``Δ_a·Δ_b`` and the counts of known and perturbed
         genes. A double of seen singles thus starts from the additive effect and the network learns the
         interaction; unknown singles (held-out genes) enter as zeros. During training each known effect is
-        hidden with probability ``flow.prior_dropout`` so the model also learns to predict without it.
+        hidden with probability ``flow.prior_dropout`` so the model also learns to predict without it. With the
+        control path and ``flow.additive_skip``, ``Δ_a + Δ_b`` is added to the velocity (the straight path from a
+        control cell shifted by the additive effect), so the untrained model is the additive baseline and the
+        network learns the non-additive remainder.
 
     """
 
@@ -115,9 +119,11 @@ class PerturbationFlow(L.LightningModule):
         ctrl_mean = x_ctrl.mean(1, keepdim=True).expand_as(x_ctrl)
         flat = [a.reshape(c * n, g) for a in (x, x_ctrl, ctrl_mean)]
         p = pert[:, None].expand(c, n, pert.shape[-1]).reshape(c * n, -1)
-        if prior is not None:
-            prior = prior[:, None].expand(c, n, g, prior.shape[-1]).reshape(c * n, g, -1)
-        return self.net(flat[0], t.reshape(-1), flat[1], flat[2], p, genes, prior).view(c, n, g)
+        per_cell = None if prior is None else prior[:, None].expand(c, n, g, prior.shape[-1]).reshape(c * n, g, -1)
+        v = self.net(flat[0], t.reshape(-1), flat[1], flat[2], p, genes, per_cell).view(c, n, g)
+        if prior is not None and self.flow["additive_skip"] and self.flow["path"] == "control":
+            v = v + prior[:, None, :, 0]  # start from the additive effect Δa + Δb; the network learns the rest
+        return v
 
     def _subset(self, n_genes: int) -> Tensor | None:
         k = self.flow["max_genes"]

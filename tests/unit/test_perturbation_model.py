@@ -101,3 +101,13 @@ def test_effect_prior_channels():
     torch.testing.assert_close(pr[0, :, 1], torch.arange(G, dtype=torch.float32))  # Δa·Δb
     torch.testing.assert_close(pr[1, 0, 2:], torch.tensor([0.5, 0.5]))  # one known of one perturbed (of width 2)
     assert (pr[2, :, :3] == 0).all()  # gene 9 has no measured single: unknown
+
+
+def test_untrained_model_with_additive_skip_is_the_additive_baseline():
+    m = _model(sigma=0.0).eval()  # zero-initialised head: v = Δa + Δb exactly
+    m.set_single_effects({0: torch.linspace(-1, 1, G), 1: torch.ones(G)})
+    b = _batch()
+    pred = m.predict_step(b).mean
+    torch.testing.assert_close(pred[0], torch.linspace(-1, 1, G), atol=1e-5, rtol=0)  # single g0
+    torch.testing.assert_close(pred[1], torch.ones(G), atol=1e-5, rtol=0)  # g1 + g9 (g9 unknown: 0)
+    torch.testing.assert_close(pred[2], torch.zeros(G), atol=1e-5, rtol=0)  # control
