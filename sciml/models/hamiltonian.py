@@ -17,6 +17,7 @@ from sciml.hamiltonian.loss import assemble, hamiltonian_loss, matrix_mae, orbit
 from sciml.hamiltonian.orbitals import OrbitalLayout
 from sciml.nn.hamiltonian import BlockBasis, HamiltonianNet
 from sciml.nn.hamiltonian.normalize import IrrepsNormalizer
+from sciml.nn.hamiltonian.ridge import TensorProductRidge
 from sciml.types import Prediction
 
 HARTREE_TO_MEV = 27211.386245988
@@ -42,11 +43,15 @@ class HamiltonianModule(L.LightningModule):
         ``lr``, ``weight_decay``, ``scheduler`` (``cosine``, ``onecycle`` or ``none``), ``min_lr_ratio``.
     meta : dict
         Facts stored for prediction: ``basis``, ``xc``, ``cutoff``, ``n_virtual``.
+    ridge : dict or None
+        Settings and fitted ``shapes`` of the closed-form :class:`TensorProductRidge` base model (with H0
+        input only); the network then predicts the residual ``ΔH − ridge`` (``stats`` y_* describe it) from a
+        zero-initialised read-out, so training starts at the closed-form solution.
 
     """
 
     def __init__(self, network: dict, layout: dict, stats: dict, loss: dict | None = None,
-                 optim: dict | None = None, meta: dict | None = None) -> None:
+                 optim: dict | None = None, meta: dict | None = None, ridge: dict | None = None) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.layout = OrbitalLayout.from_dict(layout)
@@ -63,6 +68,14 @@ class HamiltonianModule(L.LightningModule):
         # components each type uses; the loss also skips channels constant in the training targets (σ = 0)
         self.register_buffer("node_mask", torch.stack([self.node_basis.mask(*p) for p in self.node_basis.pairs]))
         self.register_buffer("edge_mask", torch.stack([self.edge_basis.mask(*p) for p in self.edge_basis.pairs]))
+        self.ridge = None
+        if ridge and self.use_h0:
+            settings = {k: v for k, v in ridge.items() if k in ("lmax", "centres", "width", "shapes")}
+            self.ridge = TensorProductRidge(str(self.node_basis.irreps), str(self.edge_basis.irreps),
+                                            len(self.node_basis.pairs), len(self.edge_basis.pairs), **settings)
+            with torch.no_grad():
+                for lin in (self.net.node_out, self.net.edge_out):
+                    lin.weight.zero_()
         self.loss_weights = {"real": 1.0, "eig": 0.0, "eig_scale": 1e-3} | (loss or {})
         self.optim = {"lr": 2e-3, "weight_decay": 0.0, "scheduler": "cosine", "min_lr_ratio": 0.01} | (optim or {})
 
@@ -76,23 +89,35 @@ class HamiltonianModule(L.LightningModule):
             return batch.h_node - batch.x_node, batch.h_edge - batch.x_edge
         return batch.h_node, batch.h_edge
 
-    def forward(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(H_flat (F,) float64 Hartree, node_norm (N, Dn), edge_norm (E, De))``."""
+    def base(self, batch, vec: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Closed-form ΔH irreps of the ridge model (Hartree), zeros without one."""
+        if self.ridge is None:
+            return torch.zeros_like(batch.x_node), torch.zeros_like(batch.x_edge)
+        return self.ridge(batch.x_node, batch.x_edge, vec, batch.edge_index, batch.node_type, batch.edge_type)
+
+    def outputs(self, batch):
+        """``(H_flat (F,) float64, node_norm (N, Dn), edge_norm (E, De), base_node, base_edge)``."""
         dt = self.dtype_
-        vec = self.net.edge_vectors(batch.pos, batch.edge_index).to(dt)
+        vec64 = self.net.edge_vectors(batch.pos.double(), batch.edge_index)
         xn = self.norms["x_node"].normalize(batch.x_node, batch.node_type).to(dt)
         xe = self.norms["x_edge"].normalize(batch.x_edge, batch.edge_type).to(dt)
-        node, edge = self.net(batch.node_type, batch.edge_type, vec, batch.edge_index, xn, xe)
+        node, edge = self.net(batch.node_type, batch.edge_type, vec64.to(dt), batch.edge_index, xn, xe)
         node = node * self.node_mask[batch.node_type]
         edge = edge * self.edge_mask[batch.edge_type]
-        dn = self.norms["y_node"].denormalize(node, batch.node_type) * self.node_mask[batch.node_type]
-        de = self.norms["y_edge"].denormalize(edge, batch.edge_type) * self.edge_mask[batch.edge_type]
+        bn, be = self.base(batch, vec64)
+        dn = (self.norms["y_node"].denormalize(node, batch.node_type) + bn) * self.node_mask[batch.node_type]
+        de = (self.norms["y_edge"].denormalize(edge, batch.edge_type) + be) * self.edge_mask[batch.edge_type]
         h = assemble(dn, de, batch, self.node_basis, self.edge_basis, base=batch.h0 if self.use_h0 else None)
-        return h, node, edge
+        return h, node, edge, bn, be
+
+    def forward(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(H_flat (F,) float64 Hartree, node_norm (N, Dn), edge_norm (E, De))``."""
+        return self.outputs(batch)[:3]
 
     def _step(self, batch, stage: str) -> torch.Tensor:
-        h, node, edge = self(batch)
+        h, node, edge, bn, be = self.outputs(batch)
         yn, ye = self.targets(batch)
+        yn, ye = yn - bn, ye - be
         target = (self.norms["y_node"].normalize(yn, batch.node_type),
                   self.norms["y_edge"].normalize(ye, batch.edge_type))
         need_eig = self.loss_weights["eig"] > 0 or stage != "train"

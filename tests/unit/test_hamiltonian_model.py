@@ -18,13 +18,14 @@ from sciml.hamiltonian.orbitals import OrbitalLayout, block_wigner
 from sciml.hamiltonian.structure import HamiltonianStructure
 from sciml.models.hamiltonian import HamiltonianModule
 from sciml.nn.hamiltonian import BlockBasis
-from sciml.tasks.hamiltonian import normalisation_stats
+from sciml.tasks.hamiltonian import fit_ridge, normalisation_stats
 from sciml.testing import random_orthogonal
 
 LAYOUT = OrbitalLayout({8: (0, 0, 1, 2), 1: (0, 1)})
 NUMBERS = np.array([8, 1, 1])
 NET = {"hidden": "8x0e+4x1o+4x1e+2x2e+2x2o+2x3o+2x3e+2x4e", "lmax": 2, "n_layers": 2, "n_rbf": 8,
        "cutoff": 6.0, "radial_hidden": 16, "dtype": "float64"}
+RIDGE = {"lmax": 2, "lam": 1e-6}
 
 
 @pytest.fixture(autouse=True)
@@ -48,12 +49,17 @@ def reference(rng):
     return pos, a + a.T, np.eye(n) + 0.5 * (b + b.T) / n
 
 
-def build(samples, use_h0=True):
+def build(samples, use_h0=True, ridge=False):
     torch.manual_seed(0)
     node_basis, edge_basis = bases(LAYOUT)
     dm = SimpleNamespace(datasets={"train": samples}, node_basis=node_basis, edge_basis=edge_basis)
-    stats = normalisation_stats(dm, use_h0)
-    module = HamiltonianModule(network=NET | {"use_h0": use_h0}, layout=LAYOUT.to_dict(), stats=stats)
+    fitted = fit_ridge(dm, RIDGE) if ridge else None
+    stats = normalisation_stats(dm, use_h0, fitted)
+    module = HamiltonianModule(network=NET | {"use_h0": use_h0}, layout=LAYOUT.to_dict(), stats=stats,
+                               ridge=RIDGE | {"shapes": fitted.shapes} if ridge else None)
+    if ridge:
+        module.ridge.load_state_dict(fitted.state_dict())
+        assert len(fitted.shapes) > 0
     # non-trivial weights everywhere (zero-initialised paths would hide errors)
     with torch.no_grad():
         for p in module.net.parameters():
@@ -70,11 +76,11 @@ def predict(module, structures):
     return h.reshape(len(structures), n, n)
 
 
-@pytest.mark.parametrize("use_h0", [True, False])
-def test_rotation_translation_equivariance(use_h0):
+@pytest.mark.parametrize(("use_h0", "ridge"), [(True, False), (False, False), (True, True)])
+def test_rotation_translation_equivariance(use_h0, ridge):
     rng = np.random.default_rng(0)
     pos, h0, s = reference(rng)
-    module = build([structure_to_sample(molecule(pos, h0, s), LAYOUT, *bases(LAYOUT))], use_h0)
+    module = build([structure_to_sample(molecule(pos, h0, s), LAYOUT, *bases(LAYOUT))], use_h0, ridge)
     for k in range(3):
         q = random_orthogonal(rng, parity=k == 1)
         d = block_wigner(LAYOUT, NUMBERS, q).numpy()
@@ -90,7 +96,7 @@ def test_rotation_translation_equivariance(use_h0):
 def test_permutation_equivariance():
     rng = np.random.default_rng(1)
     pos, h0, s = reference(rng)
-    module = build([structure_to_sample(molecule(pos, h0, s), LAYOUT, *bases(LAYOUT))])
+    module = build([structure_to_sample(molecule(pos, h0, s), LAYOUT, *bases(LAYOUT))], ridge=True)
     perm = np.array([2, 0, 1])
     off = LAYOUT.atom_offsets(NUMBERS)
     ao = np.concatenate([np.arange(off[a], off[a + 1]) for a in perm])
