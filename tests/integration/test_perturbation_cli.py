@@ -115,3 +115,23 @@ def test_generated_cells_depend_on_seed_only(artifact):
     a = predict_effects(predictor, ctrl, ["G002"], 6, seed=3)["cells"]
     b = predict_effects(predictor, ctrl, ["G002", "G000+G003"], 6, seed=3)["cells"][:1]
     np.testing.assert_array_equal(a, b)
+
+
+EXAMPLE_CONTROL = ROOT / "examples" / "cells" / "grn_control.h5ad"
+
+
+def test_shipped_checkpoint_predicts_from_example_controls(tmp_path, capsys):
+    """The README's command: the embedded default model on the shipped control cells."""
+    from sciml.perturbation import DEFAULT_MODEL, load_model
+
+    pred = tmp_path / "pred.h5ad"
+    assert main(["perturbation", "predict", "--control", str(EXAMPLE_CONTROL), "--perturbations", "G001+G002,G003",
+                 "--n-cells", "20", "--output", str(pred)]) == 0
+    a = ad.read_h5ad(pred)
+    assert a.shape == (40, 100) and set(a.obs["condition"]) == {"G001+G002", "G003+ctrl"}
+    eff = a.uns["perturbation_effects"]
+    assert np.isfinite(eff["lower"]).all() and (eff["upper"] > eff["lower"]).all()
+    predictor = load_model()
+    assert predictor.path == DEFAULT_MODEL and predictor.bands is not None
+    meta = predictor.module.hparams
+    assert len(meta["genes"]) == 100 and (DEFAULT_MODEL / "weights.safetensors").stat().st_size < 2_000_000
