@@ -68,6 +68,26 @@ def measure(module, dm, alpha: float) -> dict:
     return calibrate(module, dm, alpha)[1]
 
 
+def rotated_copies(dm, seed: int = 0) -> list[dict]:
+    """The test split with every conformer under its own random O(3) element (H, H0, S as D M Dᵀ, exact D)."""
+    from sciml.hamiltonian.data import structure_to_sample
+    from sciml.hamiltonian.orbitals import block_wigner
+    from sciml.hamiltonian.structure import HamiltonianStructure
+    from sciml.testing import random_orthogonal
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for smp in dm.datasets["test"]:
+        numbers, n = smp["z"].numpy(), int(smp["n_ao"][0])
+        q = random_orthogonal(rng)
+        d = block_wigner(dm.layout, numbers, q).numpy()
+        mats = {k: d @ smp[key].reshape(n, n).numpy() @ d.T for k, key in (("H", "h"), ("H0", "h0"), ("S", "s"))}
+        st = HamiltonianStructure.from_dense(numbers, smp["pos"].numpy() @ q.T, mats, dm.layout,
+                                             {"n_occupied": int(smp["n_occ"][0])}, order="e3nn")
+        out.append(structure_to_sample(st, dm.layout, dm.node_basis, dm.edge_basis, dm.cutoff, dm.n_virtual))
+    return out
+
+
 def inference_seconds(module, dm, n: int = 20) -> float:
     """Median wall time of one molecule's forward + assembly + eigenvalues (batch of 1, after a warm-up)."""
     samples = dm.datasets["test"][:n]
@@ -118,6 +138,8 @@ def molecule(config: str, epochs: int, out: Path, variants, alpha: float, main_r
     if main_run and (Path(main_run) / "checkpoints" / "best.ckpt").is_file():
         modules["main"] = load(Path(main_run) / "checkpoints" / "best.ckpt")
         results["ours_main_run"] = measure(modules["main"], dm, alpha) | {"run": main_run}
+    rotated = torch.utils.data.DataLoader(rotated_copies(dm), batch_size=dm.batch_size, collate_fn=collate)
+    results["ours_on_rotated_test"] = summarise(evaluate(modules["ours"], rotated))
     best = modules.get("main", modules["ours"])
     results["speed"] = {"model_seconds_per_molecule": inference_seconds(best, dm)}
     results["split_sizes"] = dm.split_sizes()
