@@ -128,3 +128,17 @@ def test_shipped_water_model_is_accurate_on_a_dataset_conformer(tmp_path):
     row = json.loads((tmp_path / "o" / "w" / "eigenvalues.json").read_text())
     # a conformer of the pool (train or test): within 10x of the shipped test MAE (pyscf H0 rebuilt here, ~1 µHa)
     assert row["h_mae_microhartree"] < 10 * split["h_mae_microhartree"] + 5
+
+
+@pytest.mark.skipif(not SHIPPED.is_dir(), reason="no shipped water checkpoint")
+def test_missing_pyscf_is_a_one_line_error(tmp_path, capsys, monkeypatch):
+    import sciml.hamiltonian.generate as generate
+
+    def no_pyscf():
+        raise ImportError("pyscf is not installed; install the quantum extra: pip install 'sciml[quantum]'")
+
+    monkeypatch.setattr(generate, "import_pyscf", no_pyscf)
+    xyz = write_xyz(tmp_path / "w.xyz", "OHH", [[0, 0, 0.12], [0, 0.76, -0.47], [0, -0.76, -0.47]])
+    assert main(["hamiltonian", "predict", str(xyz), "--output", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and "quantum" in err and len(err.splitlines()) == 1
