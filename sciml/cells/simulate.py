@@ -58,7 +58,18 @@ class SimConfig:
         unknown = set(data) - {f.name for f in fields(cls)}
         if unknown:
             raise ValueError(f"grn config: unknown keys {sorted(unknown)}; known: {[f.name for f in fields(cls)]}")
-        cfg = cls(**data)
+        try:
+            cfg = cls(**{k: type(getattr(cls, k))(v) for k, v in data.items()})
+        except (TypeError, ValueError):
+            raise ValueError(f"grn config: a value has the wrong type in {data}; numbers for counts and "
+                             "rates, a name for 'perturbation'") from None
+        bad = [f.name for f in fields(cls) if f.name not in ("seed", "perturbation") and getattr(cfg, f.name) < 0]
+        bad += [n for n in ("n_genes", "cells_per_condition", "control_cells", "steps") if getattr(cfg, n) < 1]
+        if bad:
+            raise ValueError(f"grn config: {sorted(set(bad))} must be positive (counts >= 1, rates >= 0)")
+        if cfg.n_regulators > cfg.n_genes or cfg.n_masters > cfg.n_genes:
+            raise ValueError(f"grn config: n_regulators {cfg.n_regulators} and n_masters {cfg.n_masters} must "
+                             f"not exceed n_genes {cfg.n_genes}")
         if cfg.perturbation not in PERTURBATION_TYPES:
             raise ValueError(f"grn config: perturbation {cfg.perturbation!r}; choose one of {PERTURBATION_TYPES}")
         if cfg.n_singles > cfg.n_regulators:

@@ -88,6 +88,20 @@ def displaced_conformers(positions: np.ndarray, n: int, sigma: float, seed: int,
                      for k in range(start, start + n)])
 
 
+MIN_DISTANCE = 0.3  # Å; the shortest bond (H2) is 0.74 Å, so closer atoms are duplicates or unit mistakes
+
+
+def check_geometry(positions: np.ndarray, path, frame: int = 0) -> None:
+    """Raise ``ValueError`` for non-finite coordinates or two atoms closer than ``MIN_DISTANCE`` Å."""
+    if not np.isfinite(positions).all():
+        raise ValueError(f"{path}: frame {frame} has non-finite coordinates (NaN or inf); fix the file")
+    d = np.linalg.norm(positions[:, None] - positions[None], axis=-1) + np.eye(len(positions)) * 1e9
+    i, j = np.unravel_index(np.argmin(d), d.shape)
+    if d[i, j] < MIN_DISTANCE:
+        raise ValueError(f"{path}: frame {frame}: atoms {i + 1} and {j + 1} are {d[i, j]:.3f} Å apart "
+                         f"(< {MIN_DISTANCE} Å); remove duplicated atoms or check the units are Å")
+
+
 def read_xyz_frames(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     """Read a (multi-frame) xyz file: atomic numbers (n_atoms,) and positions (n_frames, n_atoms, 3) in Å.
 
@@ -104,13 +118,18 @@ def read_xyz_frames(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
         raise FileNotFoundError(f"xyz file {path} does not exist")
     try:
         frames = ase.io.read(path, index=":", format="extxyz")
+    except KeyError as err:
+        raise ValueError(f"{path}: unknown element symbol {err}; use chemical symbols such as H, C, O") from None
     except Exception as err:
         raise ValueError(f"{path} is not a readable xyz file ({type(err).__name__}: {err}); expected lines "
                          "'n_atoms', 'comment', then 'Symbol x y z' in Å") from err
     if not frames:
         raise ValueError(f"{path} holds no frames")
     numbers = frames[0].numbers.astype(np.int64)
+    if len(numbers) == 0:
+        raise ValueError(f"{path}: the first frame has no atoms; give 'n_atoms' > 0 lines of 'Symbol x y z'")
     for k, f in enumerate(frames):
+        check_geometry(f.positions, path, k)
         if not np.array_equal(f.numbers, numbers):
             raise ValueError(f"{path}: frame {k} has atoms {f.get_chemical_formula()}, frame 0 "
                              f"{frames[0].get_chemical_formula()}; a trajectory must keep the same atoms in order")

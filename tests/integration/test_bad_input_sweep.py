@@ -137,3 +137,73 @@ def test_truncated_checkpoint(tiny_run, tmp_path, capsys):
     ckpt = _touch(tmp_path / "cut.ckpt", data[: len(data) // 2])
     code, err = run(["export", "--ckpt", ckpt, "--output", tmp_path / "out"], capsys)
     assert_one_line_error(code, err, "cut.ckpt")
+
+
+XYZ_CASES = {  # file content -> expected fragment
+    "empty.xyz": (b"", "no frames"),
+    "garbage.xyz": (bytes(range(256)) * 2, "not a readable xyz"),
+    "unknown.xyz": (b"2\nx\nXx 0 0 0\nH 0 0 0.9\n", "unknown element symbol 'Xx'"),
+    "nan.xyz": (b"2\nx\nO 0 0 nan\nH 0 0 0.9\n", "non-finite coordinates"),
+    "zero.xyz": (b"0\nx\n", "no atoms"),
+    "duplicated.xyz": (b"3\nx\nO 0 0 0\nH 0 0 0\nH 0 0.9 0\n", "atoms 1 and 2 are 0.000"),
+    "short.xyz": (b"3\nx\nO 0 0 0\nH 0 0 0.9\n", "not a readable xyz"),
+}
+
+
+@pytest.mark.parametrize("name", XYZ_CASES)
+def test_data_hamiltonian_bad_xyz(name, tmp_path, capsys):
+    pytest.importorskip("pyscf")
+    content, fragment = XYZ_CASES[name]
+    path = _touch(tmp_path / name, content)
+    code, err = run(["data", "hamiltonian", "--xyz", path, "--n", "1", "--basis", "sto-3g", "--out",
+                     tmp_path / "out", "--no-progress"], capsys)
+    assert_one_line_error(code, err, name, fragment)
+    assert not list((tmp_path / "out").glob("**/*.npz"))
+
+
+GRN_CASES = {
+    "missing config": (lambda t: ["--config", t / "none.yaml"], ["none.yaml"]),
+    "binary config": (lambda t: ["--config", _touch(t / "bin.yaml", bytes(range(256)))], ["bin.yaml"]),
+    "negative size": (lambda t: ["--config", _touch(t / "neg.yaml", b"grn: {n_genes: -5}\n")], ["n_genes"]),
+    "unknown key": (lambda t: ["--config", _touch(t / "key.yaml", b"grn: {bogus: 1}\n")], ["bogus"]),
+    "wrong type": (lambda t: ["--grn.n_genes", "many"], ["wrong type"]),
+    "too many regulators": (lambda t: ["--grn.n_genes", "10"], ["n_regulators"]),
+}
+
+
+@pytest.mark.parametrize("case", GRN_CASES)
+def test_data_grn_bad_config(case, tmp_path, capsys):
+    pytest.importorskip("anndata")
+    build, fragments = GRN_CASES[case]
+    code, err = run(["data", "grn", "--output", tmp_path / "sim.h5ad", *build(tmp_path)], capsys)
+    assert_one_line_error(code, err, *fragments)
+    assert not (tmp_path / "sim.h5ad").exists()
+
+
+def _perov_csv(tmp_path: Path, tiny_run: dict, edit, name: str = "cal.csv") -> Path:
+    import pandas as pd
+
+    path = tmp_path / name
+    edit(pd.read_csv(tiny_run["data"])).to_csv(path, index=False)
+    return path
+
+
+CALIBRATE_CASES = {
+    "empty csv": (lambda t, r: _touch(t / "empty.csv", b""), ["empty.csv"]),
+    "no target column": (lambda t, r: _perov_csv(t, r, lambda f: f.drop(columns=["heat_all"])), ["heat_all"]),
+    "nan target": (lambda t, r: _perov_csv(t, r, lambda f: f.assign(heat_all=float("nan"))), ["cal.csv", "nan"]),
+    "not a dataset": (lambda t, r: _touch(t / "notes.txt", b"hello\n"), ["notes.txt", "id_prop.csv"]),
+}
+
+
+@pytest.mark.parametrize("case", CALIBRATE_CASES)
+def test_calibrate_bad_data(case, tiny_run, tmp_path, capsys):
+    build, fragments = CALIBRATE_CASES[case]
+    model = tmp_path / "model"
+    import shutil
+
+    shutil.copytree(tiny_run["artifact"], model)
+    before = (model / "calibrator.json").read_bytes()
+    code, err = run(["calibrate", "--model", model, "--data", build(tmp_path, tiny_run)], capsys)
+    assert_one_line_error(code, err, *fragments)
+    assert (model / "calibrator.json").read_bytes() == before
