@@ -80,13 +80,22 @@ def calibrate(module: HamiltonianModule, dm, alpha: float = 0.1, score: str = "a
                  * HARTREE_TO_MEV, "alpha": alpha, "n_calib_orbitals": int(cal.n_calib)} | summarise(test_res)
 
 
+def _symbols(layout: dict) -> list[str]:
+    from pymatgen.core import Element
+
+    return [Element.from_Z(int(z)).symbol for z in sorted(layout, key=int)]
+
+
 def model_card(name: str, cfg: dict, metrics: dict, sizes: dict) -> str:
     """Markdown model card: data, split, metrics, intended use, limits."""
     meta = cfg["module"].get("meta") or {}
     m = metrics
     return "\n".join([
         f"# {name}", "", f"E(3)-equivariant Hamiltonian model (NextHAM-style ΔH = H − H0 correction; "
-        f"use_h0={cfg['module']['network'].get('use_h0', True)}) for {meta.get('xc')}/{meta.get('basis')}.", "",
+        f"use_h0={cfg['module']['network'].get('use_h0', True)}; closed-form tensor-product ridge base: "
+        f"{'yes' if cfg['module'].get('ridge') else 'no'}) for {meta.get('xc')}/{meta.get('basis')}. "
+        "Outputs: H (e3nn order inside, pyscf order in `hamiltonian.npy`), orbital energies with split-conformal "
+        "intervals.", "",
         "## Data", f"- `{cfg['data']['path']}`, seeded split {sizes} (seed {cfg['data'].get('split', {}).get('seed')})",
         "", "## Metrics on the test split",
         f"- H MAE {m['h_mae_microhartree']:.1f} µHa (gauge-corrected {m['gauge_mae_microhartree']:.1f} µHa)",
@@ -94,8 +103,8 @@ def model_card(name: str, cfg: dict, metrics: dict, sizes: dict) -> str:
         f"{m['gap_mae_mev']:.2f} meV, occupied-orbital cosine {m['occupied_cosine_percent']:.3f} %",
         f"- {100 * (1 - m['alpha']):.0f}% conformal intervals on orbital energies: coverage {m['test_coverage']:.3f}, "
         f"mean width {m['test_width_mev']:.2f} meV", "", "## Intended use and limits",
-        f"- Molecules made of the trained elements {cfg['module']['layout'] and sorted(cfg['module']['layout'])} "
-        "(atomic numbers), same basis set; geometries close to the training conformers (random displacements, "
+        f"- Molecules made of the trained elements {', '.join(_symbols(cfg['module']['layout']))}, same basis "
+        "set; geometries close to the training conformers (random displacements, "
         "σ = 0.05 Å, of one near-equilibrium geometry): no guarantee for other molecules or distorted geometries.",
         "- Prediction needs pyscf (quantum extra) for S and H0 of new geometries.",
         "- Intervals are split-conformal over orbitals of exchangeable structures (marginal over orbitals).", ""])
