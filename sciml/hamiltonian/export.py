@@ -98,11 +98,11 @@ def model_card(name: str, cfg: dict, metrics: dict, sizes: dict) -> str:
         "intervals.", "",
         "## Data", f"- `{cfg['data']['path']}`, seeded split {sizes} (seed {cfg['data'].get('split', {}).get('seed')})",
         "", "## Metrics on the test split",
-        f"- H MAE {m['h_mae_microhartree']:.1f} µHa (gauge-corrected {m['gauge_mae_microhartree']:.1f} µHa)",
-        f"- occupied orbital energy MAE {m['occupied_energy_mae_mev']:.2f} meV, HOMO–LUMO gap MAE "
-        f"{m['gap_mae_mev']:.2f} meV, occupied-orbital cosine {m['occupied_cosine_percent']:.3f} %",
+        f"- H MAE {m['h_mae_microhartree']:.3g} µHa (gauge-corrected {m['gauge_mae_microhartree']:.3g} µHa)",
+        f"- occupied orbital energy MAE {m['occupied_energy_mae_mev']:.3g} meV, HOMO–LUMO gap MAE "
+        f"{m['gap_mae_mev']:.3g} meV, occupied-orbital cosine {m['occupied_cosine_percent']:.3f} %",
         f"- {100 * (1 - m['alpha']):.0f}% conformal intervals on orbital energies: coverage {m['test_coverage']:.3f}, "
-        f"mean width {m['test_width_mev']:.2f} meV", "", "## Intended use and limits",
+        f"mean width {m['test_width_mev']:.3g} meV", "", "## Intended use and limits",
         f"- Molecules made of the trained elements {', '.join(_symbols(cfg['module']['layout']))}, same basis "
         "set; geometries close to the training conformers (random displacements, "
         "σ = 0.05 Å, of one near-equilibrium geometry): no guarantee for other molecules or distorted geometries.",
