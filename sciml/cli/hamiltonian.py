@@ -1,4 +1,8 @@
-"""``sciml hamiltonian predict --model DIR FILE.xyz... --output DIR [--alpha A] [--reference H.npy] [--plot]``."""
+"""``sciml hamiltonian predict --model DIR FILE.xyz... --output DIR [--alpha A] [--reference H.npy] [--plot]``.
+
+Also ``sciml hamiltonian fit-crystal DATA --output MODEL`` (closed-form crystal model) and, with such a model,
+``sciml hamiltonian predict --model MODEL DEEPH_FOLDER... --output DIR`` (folders carrying H0 and S).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,8 @@ def add_parser(sub, name: str) -> None:
     p = sub.add_parser(name, help="electronic-structure Hamiltonian prediction")
     verbs = p.add_subparsers(dest="hamiltonian_verb", required=True)
     q = verbs.add_parser("predict", help="predict H, orbital energies and the HOMO-LUMO gap of molecules (.xyz, Å)")
-    q.add_argument("inputs", nargs="+", help=".xyz files (one molecule each, Å)")
+    q.add_argument("inputs", nargs="+",
+                   help=".xyz files (one molecule each, Å); with a crystal model: DeepH crystal folders")
     q.add_argument("--model", default=None, help="artifact folder (default: checkpoints/water-pbe-def2svp)")
     q.add_argument("--output", required=True, help="output folder (one sub-folder per input)")
     q.add_argument("--alpha", type=float, default=0.1, help="miscoverage of the conformal intervals")
@@ -19,6 +24,34 @@ def add_parser(sub, name: str) -> None:
     q.add_argument("--plot", action="store_true", help="draw predicted (and reference) orbital levels")
     q.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     q.set_defaults(run=run_predict)
+    c = verbs.add_parser("fit-crystal", help="fit the closed-form crystal model on DeepH folders (H, H0, S)")
+    c.add_argument("data", help="folder holding periodic DeepH folders (sciml data hamiltonian --crystal)")
+    c.add_argument("--output", required=True, help="artifact folder to write")
+    c.add_argument("--lam", type=float, default=1e-6, help="ridge penalty")
+    c.set_defaults(run=run_fit_crystal)
+
+
+def run_fit_crystal(args, overrides: list[str]) -> int:
+    """Fit the tensor-product ridge on every crystal under ``data`` and save it as an artifact."""
+    from sciml.hamiltonian.crystal import CRYSTAL_RIDGE, fit_crystal_ridge, read_crystals, save_crystal_model
+
+    structures, layout = read_crystals(args.data)
+    settings = CRYSTAL_RIDGE | {"lam": args.lam}
+    ridge, _, _ = fit_crystal_ridge(structures, layout, settings)
+    meta = {k: structures[0].meta.get(k) for k in ("basis", "xc", "pseudo")} | {"n_structures": len(structures)}
+    save_crystal_model(args.output, ridge, layout, settings, meta)
+    print(f"fitted on {len(structures)} crystals; wrote {args.output}", file=sys.stderr)
+    return 0
+
+
+def _run_crystal(args) -> int:
+    from sciml.hamiltonian.crystal import predict_crystal_folders
+
+    for row in predict_crystal_folders(args.inputs, args.model, args.output):
+        extra = (f", occupied-band MAE vs pyscf {row['model_occupied_band_mae_mev']:.2f} meV"
+                 if "model_occupied_band_mae_mev" in row else "")
+        print(f"{row['source']}: {len(row['kpts'])} k-points{extra} -> {row['folder']}")
+    return 0
 
 
 def run_predict(args, overrides: list[str]) -> int:
@@ -32,6 +65,10 @@ def run_predict(args, overrides: list[str]) -> int:
         raise ValueError(f"--alpha must lie in (0, 1), got {args.alpha}")
     if args.reference is not None and len(args.reference) != len(args.inputs):
         raise ValueError(f"--reference needs one file per input ({len(args.inputs)}), got {len(args.reference)}")
+    from sciml.io.artifact import load_artifact
+
+    if args.model and load_artifact(args.model).config.get("task") == "hamiltonian-crystal":
+        return _run_crystal(args)  # inputs are DeepH crystal folders carrying H0 and S
     predictor = load_model(args.model or DEFAULT_MODEL)
     for row in predict_files(args.inputs, predictor, args.output, args.alpha, args.reference, args.plot):
         gap = f"gap {row['gap_ev']:.3f} eV [{row['gap_lower_ev']:.3f}, {row['gap_upper_ev']:.3f}]" \

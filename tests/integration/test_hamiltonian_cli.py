@@ -142,3 +142,29 @@ def test_missing_pyscf_is_a_one_line_error(tmp_path, capsys, monkeypatch):
     assert main(["hamiltonian", "predict", str(xyz), "--output", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and "quantum" in err and len(err.splitlines()) == 1
+
+
+def test_crystal_fit_and_predict_cli(tmp_path, capsys):
+    """Synthetic Si-like crystals (tests/unit/test_hamiltonian_model_crystal.py) written as DeepH folders."""
+    import shutil
+
+    from sciml.hamiltonian.deeph import write_deeph
+    from tests.unit.test_hamiltonian_model_crystal import LAYOUT, crystal
+
+    rng = np.random.default_rng(0)
+    for k in range(4):
+        write_deeph(tmp_path / "data" / "Si" / f"{k:05d}", crystal(rng), LAYOUT)
+    model, out = tmp_path / "model", tmp_path / "out"
+    assert main(["hamiltonian", "fit-crystal", str(tmp_path / "data"), "--output", str(model)]) == 0
+    held = tmp_path / "data" / "Si" / "00003"
+    assert main(["hamiltonian", "predict", "--model", str(model), str(held), "--output", str(out)]) == 0
+    row = json.loads((out / "Si-00003" / "bands.json").read_text())
+    assert np.isfinite(row["bands_ev"]).all() and len(row["kpts"]) == 8
+    assert (out / "Si-00003" / "deeph" / "hamiltonians.h5").is_file()
+    capsys.readouterr()
+    shutil.copytree(held, tmp_path / "noS" / "Si" / "00000")
+    (tmp_path / "noS" / "Si" / "00000" / "overlaps.h5").unlink()
+    assert main(["hamiltonian", "predict", "--model", str(model), str(tmp_path / "noS" / "Si" / "00000"),
+                 "--output", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "needs H0 and S" in err and len(err.splitlines()) == 1
