@@ -67,7 +67,7 @@ def fit_crystal_ridge(structures, layout: OrbitalLayout, settings: dict | None =
     nb, eb = bases(layout)
     b = _concat([crystal_items(s, layout, nb, eb) for s in structures])
     ridge = TensorProductRidge(str(nb.irreps), str(eb.irreps), len(nb.pairs), len(eb.pairs),
-                               **{k: settings[k] for k in ("lmax", "centres", "width")})
+                               **{k: settings[k] for k in ("lmax", "centres", "width", "two_hop") if k in settings})
     masks = (torch.stack([nb.mask(*p) for p in nb.pairs]), torch.stack([eb.mask(*p) for p in eb.pairs]))
     ridge.fit(b["x_node"], b["x_edge"], b["vec"], b["edge_index"], b["node_type"], b["edge_type"],
               b["h_node"] - b["x_node"], b["h_edge"] - b["x_edge"], masks, lam=settings["lam"])
@@ -154,7 +154,7 @@ def load_crystal_model(path) -> tuple[TensorProductRidge, OrbitalLayout]:
     nb, eb = bases(layout)
     r = art.config["ridge"]
     ridge = TensorProductRidge(str(nb.irreps), str(eb.irreps), len(nb.pairs), len(eb.pairs),
-                               **{k: r[k] for k in ("lmax", "centres", "width", "shapes")})
+                               **{k: r[k] for k in ("lmax", "centres", "width", "shapes", "two_hop") if k in r})
     ridge.load_state_dict(art.state_dict, strict=True)
     return ridge, layout
 
