@@ -36,7 +36,7 @@ from sciml.cells.anndata_io import read_h5ad, write_h5ad
 from sciml.cells.compare import evaluate_baselines
 from sciml.cells.metrics import evaluate, summarise
 from sciml.cells.simulate import read_ground_truth, simulate
-from sciml.cli.config import load_config
+from sciml.cli.config import apply_overrides, load_config
 from sciml.io.atomic import atomic_write_text
 from sciml.io.checkpoint import load_lightning_checkpoint
 from sciml.models.perturbation import PerturbationFlow
@@ -154,15 +154,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps-per-epoch", type=int, default=None, help="override data.steps_per_epoch (smoke runs)")
     p.add_argument("--n-cells", type=int, default=200, help="generated cells per test condition")
     p.add_argument("--no-norman", action="store_true")
+    p.add_argument("--set", nargs="*", default=[], help="config overrides for every case, e.g. --set "
+                   "--model.flow.prior_dropout 0 (after --set, as in `sciml fit`)")
     p.add_argument("--work", default="benchmarks/runs/perturbation")
     p.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "perturbation.json"))
-    args = p.parse_args(argv)
+    args, extra = p.parse_known_args(argv)
+    args.set = args.set + extra
     torch.set_num_threads(args.threads)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     grn_cfg = load_config(ROOT / "configs" / "perturbation" / "grn_default.yaml")
     norman_cfg = load_config(ROOT / "configs" / "perturbation" / "norman_devel.yaml")
     for cfg in (grn_cfg, norman_cfg):
+        apply_overrides(cfg, args.set)
         cfg["threads"] = args.threads
         if args.epochs:
             cfg["trainer"]["max_epochs"] = args.epochs
