@@ -54,7 +54,7 @@ def plot_effects(path: str | Path, result: dict, genes: list[str], top: int = 20
     import matplotlib.pyplot as plt
 
     n = len(result["conditions"])
-    fig, axes = plt.subplots(n, 1, figsize=(max(6, top * 0.35), 2.6 * n), squeeze=False)
+    fig, axes = plt.subplots(n, 1, figsize=(max(6, top * 0.35), 2.8 * n), squeeze=False, constrained_layout=True)
     for i, ax in enumerate(axes[:, 0]):
         eff = result["effect"][i]
         order = np.argsort(-np.abs(eff))[:top]
