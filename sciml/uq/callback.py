@@ -103,7 +103,7 @@ class ConformalCallback(L.Callback):
         if structures is not None and not single and trainer.world_size > 1:
             raise ValueError("calibration method 'multigroup' is fitted in one process: set it for `sciml export` "
                              "or `sciml calibrate`, or use 'mondrian' under DDP")
-        groups = structure_groups(calibrator.group_by, structures) if single else mean.new_tensor([])
+        groups = structure_groups(calibrator.group_by, structures) if single else torch.zeros_like(mean)
         groups = groups.to(mean)  # exact for small integers; gathered with the predictions
         if trainer.world_size > 1:
             mean, sigma, y, groups = gather_uneven(trainer.strategy, (mean, sigma, y, groups))
