@@ -8,7 +8,10 @@ Cases
 * ``norman_additive``: Norman 2019 part of ``perturbench_devel.h5ad``, doubles with both singles seen.
 * ``norman_unseen_single``: the same file, held-out single genes.
 
-Models: ``no_change``, ``train_mean``, ``additive``, ``linear`` (:mod:`sciml.cells.baselines`), our ``flow``, and
+Models: ``no_change``, ``train_mean``, ``additive``, ``linear`` (:mod:`sciml.cells.baselines`), the learned
+per-gene ``combination`` rule (:mod:`sciml.cells.combination`), our ``flow`` (the config's prior), with
+``--ablation`` also ``flow_additive_prior`` (the earlier model: ``model.flow.prior: additive``, free mean
+remainder ``remainder_mean: 1``), and
 the ``noise_ceiling`` (half of the real cells predicting the other half). Metrics: all of
 :mod:`sciml.cells.metrics` per condition, their means per category, train time (s), cells generated per second
 (ODE sampling, one thread), and the coverage of the conformal effect bands: on the test conditions, and averaged
@@ -17,7 +20,7 @@ with few conditions). Writes ``benchmarks/results/perturbation.json``.
 
 Usage::
 
-    python benchmarks/perturbation.py [--seeds 0 1 2] [--threads 1] [--no-norman] [--epochs N]
+    python benchmarks/perturbation.py [--seeds 0 1 2] [--threads 1] [--no-norman] [--ablation] [--epochs N]
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import pandas as pd
 import torch
 
 from sciml.cells.anndata_io import read_h5ad, write_h5ad
+from sciml.cells.baselines import BASELINES
 from sciml.cells.compare import evaluate_baselines
 from sciml.cells.metrics import evaluate, summarise
 from sciml.cells.simulate import read_ground_truth, simulate
@@ -49,6 +53,8 @@ ROOT = Path(__file__).resolve().parents[1]
 METRICS = ["pearson_delta", "pearson_delta_de", "mse", "mae", "mse_de", "de_overlap", "discrimination", "energy",
            "mmd", "interaction_pearson"]
 HEADLINE = ["pearson_delta", "mse", "energy"]
+BASELINE_NAMES = (*BASELINES, "combination")
+ABLATION = {"flow_additive_prior": ["--model.flow.prior", "additive", "--model.flow.remainder_mean", "1.0"]}
 
 
 def pooled_coverage(bands: EffectBands, cal: tuple, test: tuple, alpha: float, reps: int = 500, seed: int = 0) -> dict:
@@ -77,17 +83,27 @@ def train_flow(cfg: dict, run_dir: Path) -> tuple[PerturbationFlow, float]:
     return module.eval(), seconds
 
 
-def run_case(name: str, cfg: dict, run_dir: Path, n_cells: int, alpha: float, truth: dict | None) -> dict:
-    """Train, predict and evaluate one case; baselines and noise ceiling on the same data module."""
+def run_case(name: str, cfg: dict, run_dir: Path, n_cells: int, alpha: float, truth: dict | None,
+             variants: dict[str, list[str]] | None = None) -> dict:
+    """Train, predict and evaluate one case; baselines and noise ceiling on the same data module.
+
+    ``variants``: extra flow models ``{label: config overrides}`` trained and evaluated on the same split
+    (ablations; bands and timings are those of the main model).
+    """
     seed = int(cfg.get("seed", 0))
     module, train_s = train_flow(cfg, run_dir)
     dm = DATAMODULES["perturbation"](cfg, None)
     start = time.perf_counter()
     test_cells = split_predictions(module, dm, "test", n_cells, seed)
     gen_s = time.perf_counter() - start
-    ours = evaluate(test_cells, dm, "test", seed, truth=truth).assign(model="flow")
-    table = pd.concat([evaluate_baselines(dm, "test", n_cells=n_cells, seed=seed, truth=truth), ours],
-                      ignore_index=True)
+    frames = [evaluate_baselines(dm, "test", n_cells=n_cells, seed=seed, truth=truth, names=BASELINE_NAMES),
+              evaluate(test_cells, dm, "test", seed, truth=truth).assign(model="flow")]
+    for label, overrides in (variants or {}).items():
+        var_cfg = apply_overrides(copy.deepcopy(cfg), overrides)
+        var_module, _ = train_flow(var_cfg, run_dir.with_name(f"{run_dir.name}_{label}"))
+        cells = split_predictions(var_module, dm, "test", n_cells, seed)
+        frames.append(evaluate(cells, dm, "test", seed, truth=truth).assign(model=label))
+    table = pd.concat(frames, ignore_index=True)
     fit = effects(split_predictions(module, dm, "val", n_cells, seed), dm)
     cal = effects(split_predictions(module, dm, "calib", n_cells, seed), dm)
     test = effects(test_cells, dm)
@@ -105,31 +121,36 @@ def run_case(name: str, cfg: dict, run_dir: Path, n_cells: int, alpha: float, tr
     return result
 
 
-def grn_case(seed: int, base: dict, data_cfg: dict, work: Path, n_cells: int, alpha: float) -> dict:
+def grn_case(seed: int, base: dict, data_cfg: dict, work: Path, n_cells: int, alpha: float,
+             variants: dict[str, list[str]] | None = None) -> dict:
     """Simulate the default screen with ``seed`` and run the case on it."""
     path = work / f"grn_seed{seed}.h5ad"
     write_h5ad(simulate(data_cfg | {"seed": seed}), path)
     cfg = copy.deepcopy(base)
     cfg["seed"] = seed
     cfg["data"] |= {"path": str(path), "split": cfg["data"]["split"] | {"seed": seed}}
-    out = run_case("grn", cfg, work / f"grn_seed{seed}", n_cells, alpha, read_ground_truth(read_h5ad(path)))
+    out = run_case("grn", cfg, work / f"grn_seed{seed}", n_cells, alpha, read_ground_truth(read_h5ad(path)), variants)
     out["fraction_interacting"] = read_ground_truth(read_h5ad(path))["fraction_interacting"]
     return out
 
 
 def verdict(grn: list[dict]) -> dict:
-    """Whether the flow model beats additive and linear on the interaction-bearing doubles, per seed."""
+    """Whether each flow model beats additive, linear and combination on the interaction-bearing doubles, per seed.
+
+    Keys ``seed<k>`` (the main ``flow`` model) and ``seed<k>/<variant>`` (ablations).
+    """
     out = {}
     for r in grn:
         s = r["summary"]
-        ours = s["flow"].get("interacting_doubles", {})
-        row = {}
-        for base in ("additive", "linear"):
-            theirs = s[base].get("interacting_doubles", {})
-            if ours and theirs:
-                row[base] = {"pearson_delta": ours["pearson_delta"] > theirs["pearson_delta"],
-                             "mse": ours["mse"] < theirs["mse"], "energy": ours["energy"] < theirs["energy"]}
-        out[f"seed{r['seed']}"] = row
+        for model in [m for m in s if m.startswith("flow")]:
+            ours = s[model].get("interacting_doubles", {})
+            row = {}
+            for base in ("additive", "linear", "combination"):
+                theirs = s.get(base, {}).get("interacting_doubles", {})
+                if ours and theirs:
+                    row[base] = {"pearson_delta": ours["pearson_delta"] > theirs["pearson_delta"],
+                                 "mse": ours["mse"] < theirs["mse"], "energy": ours["energy"] < theirs["energy"]}
+            out[f"seed{r['seed']}" + ("" if model == "flow" else f"/{model}")] = row
     return out
 
 
@@ -154,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps-per-epoch", type=int, default=None, help="override data.steps_per_epoch (smoke runs)")
     p.add_argument("--n-cells", type=int, default=200, help="generated cells per test condition")
     p.add_argument("--no-norman", action="store_true")
+    p.add_argument("--ablation", action="store_true", help="also train flow_additive_prior on the simulator seeds")
     p.add_argument("--set", nargs="*", default=[], help="config overrides for every case, e.g. --set "
                    "--model.flow.prior_dropout 0 (after --set, as in `sciml fit`)")
     p.add_argument("--work", default="benchmarks/runs/perturbation")
@@ -176,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     alpha = float(grn_cfg["calibration"]["alpha"])
     results = {"threads": args.threads, "torch": torch.__version__, "alpha": alpha, "grn": [], "norman": []}
     for seed in args.seeds:
-        results["grn"].append(grn_case(seed, grn_cfg, sim_cfg, work, args.n_cells, alpha))
+        results["grn"].append(grn_case(seed, grn_cfg, sim_cfg, work, args.n_cells, alpha,
+                                       ABLATION if args.ablation else None))
         print_case(results["grn"][-1])
         results["verdict_grn"] = verdict(results["grn"])
         atomic_write_text(args.output, json.dumps(results, indent=1, default=float))  # partial results

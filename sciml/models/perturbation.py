@@ -16,11 +16,14 @@ import torch
 from torch import Tensor
 
 from sciml.nn.perturbation import PATHS, PADTransformer, integrate, mmd2
+from sciml.nn.perturbation.combination import CombinationRule
 from sciml.types import Prediction
 
 FLOW_DEFAULTS = {"path": "control", "sigma": 0.1, "ot": True, "mmd_weight": 0.5, "mmd_scales": [0.5, 1.0, 2.0, 4.0],
                  "steps": 20, "method": "rk4", "val_steps": 4, "max_genes": None, "prior_dropout": 0.2,
-                 "additive_skip": True}
+                 "additive_skip": True, "prior": "additive", "combination_hidden": 32,
+                 "remainder_mean": 1.0}
+PRIORS = ("additive", "combination")
 PRIOR_CHANNELS = 4
 OPTIM_DEFAULTS = {"lr": 1e-3, "weight_decay": 1e-4, "scheduler": "cosine"}
 
@@ -54,7 +57,13 @@ class PerturbationFlow(L.LightningModule):
         hidden with probability ``flow.prior_dropout`` so the model also learns to predict without it. With the
         control path and ``flow.additive_skip``, ``Δ_a + Δ_b`` is added to the velocity (the straight path from a
         control cell shifted by the additive effect), so the untrained model is the additive baseline and the
-        network learns the non-additive remainder.
+        network learns the non-additive remainder. With ``flow.prior: combination`` the prior mean of a double
+        with both singles known is instead a per-gene combination rule
+        (:class:`~sciml.nn.perturbation.combination.CombinationRule`, buffers/parameters ``combination.*``)
+        fitted on the training doubles by :meth:`fit_combination` and frozen; the network learns the remainder.
+        ``flow.remainder_mean`` ``w`` ∈ [0, 1] shrinks the network's per-condition mean velocity (over the
+        condition's cells) to ``w`` times itself for conditions whose singles are all known: ``w = 0`` fixes the
+        generated mean effect to the prior mean and the network only shapes the distribution around it.
 
     """
 
@@ -69,6 +78,12 @@ class PerturbationFlow(L.LightningModule):
         self.register_buffer("has_effect", torch.zeros(len(genes), dtype=torch.bool))
         self.flow = FLOW_DEFAULTS | (flow or {})
         self.optim = OPTIM_DEFAULTS | (optim or {})
+        if self.flow["prior"] not in PRIORS:
+            raise ValueError(f"flow.prior is {self.flow['prior']!r}; known: {list(PRIORS)}")
+        self.combination = None
+        if self.flow["prior"] == "combination":
+            self.combination = CombinationRule(int(self.flow["combination_hidden"])).requires_grad_(False)
+            self.register_buffer("ctrl_mean", torch.zeros(n_measured))  # μ_0 feature of the rule
         if self.flow["path"] not in PATHS:
             raise ValueError(f"flow.path is {self.flow['path']!r}; known: {sorted(PATHS)}")
         kwargs = {"ot": bool(self.flow["ot"])} if self.flow["path"] == "control" else {}
@@ -82,6 +97,34 @@ class PerturbationFlow(L.LightningModule):
             self.single_effect[i] = torch.as_tensor(delta, dtype=self.single_effect.dtype)
             self.has_effect[i] = True
 
+    def fit_combination(self, doubles: list[tuple[int, int, Tensor]], ctrl_mean: Tensor, seed: int = 0) -> float | None:
+        """Fit the frozen combination rule on training doubles ``(index a, index b, Δ_ab (G,))``; ``ctrl_mean`` (G,).
+
+        Needs :meth:`set_single_effects` first; doubles with an unknown single are skipped. Returns the fit MSE
+        (``None`` without a rule or usable doubles).
+        """
+        if self.combination is None:
+            return None
+        self.ctrl_mean.copy_(torch.as_tensor(ctrl_mean, dtype=self.ctrl_mean.dtype))
+        rows = [(a, b, d) for a, b, d in doubles if bool(self.has_effect[a]) and bool(self.has_effect[b])]
+        if not rows:
+            return None
+        da = self.single_effect[[a for a, _, _ in rows]]
+        db = self.single_effect[[b for _, b, _ in rows]]
+        target = torch.stack([torch.as_tensor(d, dtype=da.dtype) for _, _, d in rows])
+        mse = self.combination.requires_grad_(True).fit(da, db, self.ctrl_mean, target, seed=seed)
+        self.combination.requires_grad_(False)
+        return mse
+
+    def _prior_mean(self, d: Tensor, known: Tensor, valid: Tensor, genes: Tensor | None) -> Tensor:
+        """Prior mean effect ``(C, G)``: ``Δa + Δb`` or, for doubles with both singles known, the combination rule."""
+        total = d.sum(1)
+        if self.combination is None or d.shape[1] != 2:
+            return total
+        mu0 = self.ctrl_mean if genes is None else self.ctrl_mean[genes]
+        both = (known.all(-1) & valid.all(-1))[:, None]
+        return torch.where(both, self.combination(d[:, 0], d[:, 1], mu0), total)
+
     def prior(self, pert: Tensor, genes: Tensor | None = None) -> Tensor | None:
         """Effect-prior channels ``(C, G, 4)`` of ``pert`` ``(C, P)``; ``None`` when ``effect_prior`` is off."""
         if not self.hparams.effect_prior:
@@ -94,7 +137,8 @@ class PerturbationFlow(L.LightningModule):
         if genes is not None:
             d = d[..., genes]
         counts = torch.stack([known.sum(-1), valid.sum(-1)], -1).to(d.dtype) / pert.shape[-1]  # (C, 2)
-        feats = torch.stack([d.sum(1), d.prod(1) if d.shape[1] > 1 else torch.zeros_like(d[:, 0])], -1)
+        prod = d.prod(1) if d.shape[1] > 1 else torch.zeros_like(d[:, 0])
+        feats = torch.stack([self._prior_mean(d, known, valid, genes), prod], -1)
         return torch.cat([feats, counts[:, None].expand(-1, d.shape[-1], -1)], -1)
 
     def velocity(self, x: Tensor, t: Tensor, x_ctrl: Tensor, pert: Tensor, genes: Tensor | None = None,
@@ -122,7 +166,11 @@ class PerturbationFlow(L.LightningModule):
         per_cell = None if prior is None else prior[:, None].expand(c, n, g, prior.shape[-1]).reshape(c * n, g, -1)
         v = self.net(flat[0], t.reshape(-1), flat[1], flat[2], p, genes, per_cell).view(c, n, g)
         if prior is not None and self.flow["additive_skip"] and self.flow["path"] == "control":
-            v = v + prior[:, None, :, 0]  # start from the additive effect Δa + Δb; the network learns the rest
+            w = float(self.flow["remainder_mean"])
+            if w != 1.0:  # shrink the mean remainder where the prior is complete (all perturbed singles known)
+                full = (prior[:, 0, 2] == prior[:, 0, 3])[:, None, None]
+                v = torch.where(full, v - (1.0 - w) * v.mean(1, keepdim=True), v)
+            v = v + prior[:, None, :, 0]  # start from the prior mean (additive or combination); network: the rest
         return v
 
     def _subset(self, n_genes: int) -> Tensor | None:

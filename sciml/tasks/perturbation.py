@@ -31,8 +31,21 @@ def build_perturbation(cfg: dict, run_dir: Path | None = None) -> tuple[Perturba
                              flow=model_cfg.get("flow"), optim=model_cfg.get("optim"),
                              effect_prior=bool(model_cfg.get("effect_prior", True)))
     model.net.set_graph(dm.gene_graph)
-    model.set_single_effects(training_single_effects(dm))
+    singles = training_single_effects(dm)
+    model.set_single_effects(singles)
+    model.fit_combination(training_doubles(dm), torch.as_tensor(dm.control_matrix().mean(0)), int(cfg.get("seed", 0)))
     return dm, model
+
+
+def training_doubles(dm: PerturbationDataModule) -> list[tuple[int, int, torch.Tensor]]:
+    """``(index a, index b, mean effect (G,))`` of the double perturbations in the training split."""
+    out = []
+    for key in dm.conditions["train"]:
+        if len(dm.perturbation(key)) == 2:
+            a, b = dm.encode(key)
+            delta = dm.cells(key).mean(0) - dm.control_matrix(key).mean(0)
+            out.append((a, b, torch.as_tensor(delta, dtype=torch.float32)))
+    return out
 
 
 def training_single_effects(dm: PerturbationDataModule) -> dict[int, torch.Tensor]:

@@ -111,3 +111,53 @@ def test_untrained_model_with_additive_skip_is_the_additive_baseline():
     torch.testing.assert_close(pred[0], torch.linspace(-1, 1, G), atol=1e-5, rtol=0)  # single g0
     torch.testing.assert_close(pred[1], torch.ones(G), atol=1e-5, rtol=0)  # g1 + g9 (g9 unknown: 0)
     torch.testing.assert_close(pred[2], torch.zeros(G), atol=1e-5, rtol=0)  # control
+
+
+def _saturating(da, db):
+    """A sub-additive (saturating) rule the combination MLP must learn: Δab = tanh(Δa + Δb)."""
+    return torch.tanh(da + db)
+
+
+def test_combination_rule_learns_a_saturating_interaction():
+    from sciml.nn.perturbation.combination import CombinationRule
+
+    gen = torch.Generator().manual_seed(0)
+    da, db = torch.randn(20, 50, generator=gen), torch.randn(20, 50, generator=gen)
+    mu0 = torch.rand(50, generator=gen)
+    rule = CombinationRule(16)
+    torch.testing.assert_close(rule(da, db, mu0), da + db)  # untrained: additive
+    target = _saturating(da, db)
+    add_mse = float((da + db - target).pow(2).mean())
+    rule.fit(da, db, mu0, target, steps=300)
+    qa, qb = torch.randn(5, 50, generator=gen), torch.randn(5, 50, generator=gen)  # held-out doubles
+    with torch.no_grad():
+        held = float((rule(qa, qb, mu0) - _saturating(qa, qb)).pow(2).mean())
+        torch.testing.assert_close(rule(qa, qb, mu0), rule(qb, qa, mu0))  # symmetric in the two genes
+    assert held < 0.1 * add_mse
+
+
+def test_combination_prior_is_the_untrained_models_mean_and_round_trips():
+    m = _model(sigma=0.0, prior="combination").eval()
+    gen = torch.Generator().manual_seed(1)
+    effects = {i: torch.randn(G, generator=gen) for i in range(6)}
+    m.set_single_effects(effects)
+    doubles = [(a, b, _saturating(effects[a], effects[b])) for a, b in [(2, 3), (2, 4), (3, 5), (4, 5), (3, 4)]]
+    assert m.fit_combination(doubles, torch.zeros(G)) is not None
+    assert not any(p.requires_grad for p in m.combination.parameters())  # frozen during flow training
+    b = _batch()
+    b["pert_genes"] = torch.tensor([[0, 1], [0, -1], [1, 9]])
+    pred = m.predict_step(b).mean
+    with torch.no_grad():
+        expected = m.combination(effects[0], effects[1], m.ctrl_mean)
+    torch.testing.assert_close(pred[0], expected, atol=1e-5, rtol=0)  # double of known singles: the rule
+    assert (expected - effects[0] - effects[1]).abs().max() > 1e-3  # ... which is not the additive effect
+    torch.testing.assert_close(pred[1], effects[0], atol=1e-5, rtol=0)  # single: its measured effect
+    torch.testing.assert_close(pred[2], effects[1], atol=1e-5, rtol=0)  # unknown partner: additive fallback
+    other = _model(sigma=0.0, prior="combination")
+    other.load_state_dict(m.state_dict(), strict=True)
+    torch.testing.assert_close(other.eval().predict_step(b).mean, pred)
+
+
+def test_unknown_prior_is_rejected():
+    with pytest.raises(ValueError, match="flow.prior"):
+        _model(prior="quadratic")
