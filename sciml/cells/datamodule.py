@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, RandomSampler
@@ -31,6 +30,7 @@ from sciml.cells.graph import coexpression_knn, read_edge_list
 from sciml.cells.pairing import PAIRINGS
 from sciml.cells.splits import SPLIT_NAMES, make_split, write_split
 from sciml.cells.table import CellTable, load_table, make_key, split_key
+from sciml.data.base import SplitDataModule
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ SPLIT_DEFAULTS = {"kind": "combo_seen2", "seed": 0, "holdout": 0.5, "fractions":
                   "holdout_cell_type": None}
 
 
-class PerturbationDataModule(L.LightningDataModule):
+class PerturbationDataModule(SplitDataModule):
     """Perturbation data over AnnData (DESIGN §3); see the module docstring for the batch contract.
 
     Parameters
@@ -197,8 +197,13 @@ class PerturbationDataModule(L.LightningDataModule):
         return ConditionDataset(keys, cells, controls, codes, self.opts["cells_per_condition"],
                                 self.opts["pairing"], length, fixed_seed)
 
-    def train_dataloader(self) -> DataLoader:
-        """``steps_per_epoch`` batches of C conditions drawn with replacement; cells re-drawn every time."""
+    def loader(self, split: str, shuffle: bool = False) -> DataLoader:
+        """Training: ``steps_per_epoch`` batches of C conditions drawn with replacement, cells re-drawn every time.
+
+        Other splits: each condition once, with fixed cells (seeded by ``eval_seed``).
+        """
+        if split != "train":
+            return self._eval_loader(split)
         c = self.opts["conditions_per_batch"]
         ds = self.dataset("train", length=self.opts["steps_per_epoch"] * c)
         return DataLoader(ds, batch_size=c, sampler=RandomSampler(ds), collate_fn=collate,
@@ -209,17 +214,8 @@ class PerturbationDataModule(L.LightningDataModule):
         return DataLoader(ds, batch_size=self.opts["conditions_per_batch"], shuffle=False, collate_fn=collate,
                           num_workers=self.opts["num_workers"])
 
-    def val_dataloader(self) -> DataLoader:
-        """Each validation condition once, with fixed cells (early stopping / model selection only)."""
-        return self._eval_loader("val")
 
-    def test_dataloader(self) -> DataLoader:
-        """Each test condition once, with fixed cells."""
-        return self._eval_loader("test")
 
-    def calib_dataloader(self) -> DataLoader:
-        """Each calibration condition once (conformal scores only; never used for model selection)."""
-        return self._eval_loader("calib")
 
     # ------------------------------------------------------------------ artifact
     def to_dict(self) -> dict:

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
+from sciml.data.splits import SPLIT_NAMES
 from sciml.io.atomic import atomic_write_text
 
-SPLIT_NAMES = ("train", "val", "calib", "test")
 HELDOUT = ("val", "calib", "test")
 KINDS = ("unseen_single", "combo_seen0", "combo_seen1", "combo_seen2", "additive", "by_cell_type")
 

@@ -7,12 +7,12 @@ import logging
 from pathlib import Path
 from types import SimpleNamespace
 
-import lightning as L
 import numpy as np
 import torch
 from torch_geometric.loader import DataLoader
 from tqdm.auto import tqdm
 
+from sciml.data.base import SplitDataModule
 from sciml.data.graphs import GraphSettings, structure_to_graph
 from sciml.data.sources import read_labelled
 from sciml.data.splits import SPLIT_NAMES, random_split, write_split
@@ -27,7 +27,7 @@ def file_sha256(path: str | Path) -> str:
     return hashlib.sha256(target.read_bytes()).hexdigest()
 
 
-class CrystalDataModule(L.LightningDataModule):
+class CrystalDataModule(SplitDataModule):
     """Structures with a scalar target, as PyG graphs with reflections.
 
     Parameters
@@ -91,25 +91,13 @@ class CrystalDataModule(L.LightningDataModule):
         self.target_mean, self.target_std = float(y.mean()), float(y.std() + 1e-12)
         log.info("split sizes: %s", {k: len(v) for k, v in self.datasets.items()})
 
-    def _loader(self, name: str, shuffle: bool = False) -> DataLoader:
+    def loader(self, name: str, shuffle: bool = False) -> DataLoader:
         return DataLoader(self.datasets[name], batch_size=self.opts.batch_size, shuffle=shuffle,
                           num_workers=self.opts.num_workers)
 
-    def train_dataloader(self) -> DataLoader:
-        """Shuffled training loader (Lightning adds a DistributedSampler under DDP)."""
-        return self._loader("train", shuffle=True)
 
-    def val_dataloader(self) -> DataLoader:
-        """Validation loader (early stopping and model selection only)."""
-        return self._loader("val")
 
-    def test_dataloader(self) -> DataLoader:
-        """Held-out test loader."""
-        return self._loader("test")
 
-    def calib_dataloader(self) -> DataLoader:
-        """Calibration loader (conformal scores only; never used for model selection)."""
-        return self._loader("calib")
 
     def split_sizes(self) -> dict[str, int]:
         """Number of structures in each split."""

@@ -15,11 +15,11 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from sciml.data.base import SplitDataModule
 from sciml.data.splits import random_split, write_split
 from sciml.hamiltonian.orbitals import OrbitalLayout
 from sciml.nn.hamiltonian.blocks import BlockBasis
@@ -151,7 +151,7 @@ def collate(samples: list[dict]) -> HamiltonianBatch:
     return HamiltonianBatch(**out)
 
 
-class HamiltonianDataModule(L.LightningDataModule):
+class HamiltonianDataModule(SplitDataModule):
     """Read an npz of conformers (``sciml.hamiltonian.npz.read_npz``), featurise and split it.
 
     Parameters
@@ -204,21 +204,13 @@ class HamiltonianDataModule(L.LightningDataModule):
             write_split(Path(self.run_dir) / "split.json", ids, split, self.seed)
         log.info("split sizes: %s", self.split_sizes())
 
-    def _loader(self, name: str, shuffle: bool = False) -> DataLoader:
+    def loader(self, name: str, shuffle: bool = False) -> DataLoader:
         return DataLoader(self.datasets[name], batch_size=self.batch_size, shuffle=shuffle, collate_fn=collate,
                           num_workers=self.num_workers)
 
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
 
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val")
 
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test")
 
-    def calib_dataloader(self) -> DataLoader:
-        return self._loader("calib")
 
     def split_sizes(self) -> dict[str, int]:
         return {k: len(v) for k, v in self.datasets.items()}
