@@ -96,16 +96,17 @@ def prepare_state_load(
     prefix: str,
     names: tuple[str, ...],
     error_msgs: list[str],
+    checked: str = "scores",
 ) -> bool:
-    """Check an incoming ``scores`` buffer (1-D, finite), then resize the buffers ``names`` to match.
+    """Check an incoming score buffer ``checked`` (1-D, finite), then resize the buffers ``names`` to match.
 
     Called first in ``_load_from_state_dict`` of calibrators whose state size depends on the data (number of
     scores, of groups), so that the default strict copy succeeds. Returns ``False`` after appending to
     ``error_msgs`` if the scores are invalid. Missing entries are left to the default loader to report.
     """
-    scores = state_dict.get(prefix + "scores")
+    scores = state_dict.get(prefix + checked)
     if isinstance(scores, Tensor) and (scores.dim() != 1 or not torch.isfinite(scores).all()):
-        error_msgs.append(f"{prefix}scores must be a 1-D tensor of finite scores")
+        error_msgs.append(f"{prefix}{checked} must be a 1-D tensor of finite scores")
         return False
     for name in names:
         incoming = state_dict.get(prefix + name)

@@ -116,11 +116,7 @@ class COP(QuantileTracker):
         return self
 
     def _load_from_state_dict(self, state_dict, prefix, *args) -> None:
-        recent = state_dict.get(prefix + "recent")
-        if isinstance(recent, Tensor) and (recent.dim() != 1 or not torch.isfinite(recent).all()):
-            args[-1].append(f"{prefix}recent must be a 1-D tensor of finite scores")  # args[-1]: error_msgs
-            return
-        if prepare_state_load(self, state_dict, prefix, ("recent",), args[-1]):
+        if prepare_state_load(self, state_dict, prefix, ("recent",), args[-1], checked="recent"):  # error_msgs
             super()._load_from_state_dict(state_dict, prefix, *args)
 
     def to_dict(self) -> dict[str, Any]:
