@@ -1,7 +1,9 @@
 """``sciml hamiltonian predict --model DIR FILE.xyz... --output DIR [--alpha A] [--reference H.npy] [--plot]``.
 
-Also ``sciml hamiltonian fit-crystal DATA --output MODEL`` (closed-form crystal model) and, with such a model,
-``sciml hamiltonian predict --model MODEL DEEPH_FOLDER... --output DIR`` (folders carrying H0 and S).
+Also ``sciml hamiltonian fit-crystal DATA --output MODEL`` (closed-form crystal model, leave-one-out conformal
+band intervals) and, with such a model, ``sciml hamiltonian predict --model MODEL CRYSTAL... --output DIR
+[--kpath N] [--reference DEEPH_FOLDER...] [--plot]``: structure files (CIF, POSCAR; pyscf.pbc builds H0 and S) or
+DeepH folders carrying H0 and S.
 """
 
 from __future__ import annotations
@@ -15,42 +17,49 @@ def add_parser(sub, name: str) -> None:
     verbs = p.add_subparsers(dest="hamiltonian_verb", required=True)
     q = verbs.add_parser("predict", help="predict H, orbital energies and the HOMO-LUMO gap of molecules (.xyz, Å)")
     q.add_argument("inputs", nargs="+",
-                   help=".xyz files (one molecule each, Å); with a crystal model: DeepH crystal folders")
+                   help=".xyz files (one molecule each, Å); with a crystal model: CIF/POSCAR files or DeepH folders")
     q.add_argument("--model", default=None, help="artifact folder (default: checkpoints/water-pbe-def2svp)")
     q.add_argument("--output", required=True, help="output folder (one sub-folder per input)")
     q.add_argument("--alpha", type=float, default=0.1, help="miscoverage of the conformal intervals")
     q.add_argument("--reference", nargs="*", default=None,
-                   help="reference H (.npy, pyscf AO order, Hartree), one per input, for --plot and errors")
+                   help="reference H (.npy, pyscf AO order, Hartree; crystals: a DeepH folder with H), one per input")
     q.add_argument("--plot", action="store_true", help="draw predicted (and reference) orbital levels")
     q.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    q.add_argument("--kpath", type=int, default=60, help="crystals: k-points along the high-symmetry path")
     q.set_defaults(run=run_predict)
     c = verbs.add_parser("fit-crystal", help="fit the closed-form crystal model on DeepH folders (H, H0, S)")
     c.add_argument("data", help="folder holding periodic DeepH folders (sciml data hamiltonian --crystal)")
     c.add_argument("--output", required=True, help="artifact folder to write")
     c.add_argument("--lam", type=float, default=1e-6, help="ridge penalty")
+    c.add_argument("--no-calibrate", action="store_true", help="skip the leave-one-out conformal band calibration")
     c.set_defaults(run=run_fit_crystal)
 
 
 def run_fit_crystal(args, overrides: list[str]) -> int:
-    """Fit the tensor-product ridge on every crystal under ``data`` and save it as an artifact."""
-    from sciml.hamiltonian.crystal import CRYSTAL_RIDGE, fit_crystal_ridge, read_crystals, save_crystal_model
+    """Fit the tensor-product ridge on every crystal under ``data``, calibrate by leave-one-out, save."""
+    from sciml.hamiltonian.crystal import read_crystals
+    from sciml.hamiltonian.crystal_model import fit_and_save
 
     structures, layout = read_crystals(args.data)
-    settings = CRYSTAL_RIDGE | {"lam": args.lam}
-    ridge, _, _ = fit_crystal_ridge(structures, layout, settings)
-    meta = {k: structures[0].meta.get(k) for k in ("basis", "xc", "pseudo")} | {"n_structures": len(structures)}
-    save_crystal_model(args.output, ridge, layout, settings, meta)
-    print(f"fitted on {len(structures)} crystals; wrote {args.output}", file=sys.stderr)
+    info = fit_and_save(structures, layout, args.output, args.lam, calibrate=not args.no_calibrate)
+    cal = "with leave-one-out band calibration" if info["calibrated"] else "no calibration"
+    print(f"fitted on {len(structures)} crystals ({cal}); wrote {args.output}", file=sys.stderr)
     return 0
 
 
 def _run_crystal(args) -> int:
-    from sciml.hamiltonian.crystal import predict_crystal_folders
+    from sciml.hamiltonian.crystal_predict import predict_crystal_inputs
 
-    for row in predict_crystal_folders(args.inputs, args.model, args.output):
+    for row in predict_crystal_inputs(args.inputs, args.model, args.output, args.alpha, args.kpath, args.reference,
+                                      args.plot, args.threads):
+        gap = "no gap (no virtual band)"
+        if "gap_ev" in row:
+            lo, hi = (f"{v:.3f}" if v is not None else s for v, s in ((row["gap_lower_ev"], "-inf"),
+                                                                      (row["gap_upper_ev"], "inf")))
+            gap = f"CBM {row['cbm_ev']:.3f} eV, gap {row['gap_ev']:.3f} eV [{lo}, {hi}]"
         extra = (f", occupied-band MAE vs pyscf {row['model_occupied_band_mae_mev']:.2f} meV"
                  if "model_occupied_band_mae_mev" in row else "")
-        print(f"{row['source']}: {len(row['kpts'])} k-points{extra} -> {row['folder']}")
+        print(f"{row['source']}: VBM {row['vbm_ev']:.3f} eV, {gap}{extra} -> {row['folder']}")
     return 0
 
 

@@ -115,75 +115,13 @@ def crystal_errors(pred: HamiltonianStructure, ref: HamiltonianStructure, layout
 
 def read_crystals(root: str | Path) -> tuple[list[HamiltonianStructure], OrbitalLayout]:
     """Every periodic DeepH folder under ``root`` (any elements; layouts merged), sorted by path."""
-    from sciml.hamiltonian.deeph import read_deeph
+    from sciml.hamiltonian.deeph import read_deeph_tree
 
-    folders = sorted(p.parent for p in Path(root).rglob("element.dat"))
-    if not folders:
+    if not any(Path(root).rglob("element.dat")):
         raise FileNotFoundError(f"{root}: no DeepH folders (with element.dat); make some with "
                                 "`sciml data hamiltonian --crystal Si --out DIR`")
-    structures, shells = [], {}
-    for folder in folders:
-        s, lay = read_deeph(folder)
+    structures, layout = read_deeph_tree(root, merge_layouts=True)
+    for s in structures:
         if not s.is_periodic:
-            raise ValueError(f"{folder}: no lat.dat; the crystal model needs periodic structures")
-        structures.append(s)
-        shells |= lay.shells
-    return structures, OrbitalLayout(shells)
-
-
-def save_crystal_model(path, ridge: TensorProductRidge, layout: OrbitalLayout, settings: dict, meta: dict) -> Path:
-    """Write the fitted crystal model as a sciml artifact (task ``hamiltonian-crystal``)."""
-    from sciml.io.artifact import save_artifact
-
-    config = {"task": "hamiltonian-crystal", "layout": layout.to_dict(), "ridge": settings | {"shapes": ridge.shapes}}
-    card = (f"# {Path(path).name}\n\nClosed-form E(3)-equivariant crystal Hamiltonian model (tensor-product ridge on "
-            f"H0 blocks H0(R)); basis {meta.get('basis')}, {meta.get('xc')}. Fitted on {meta.get('n_structures')} "
-            "structures; predicts H(R) blocks of DeepH folders that carry H0 and S. No conformal calibrator.\n")
-    return save_artifact(path, config=config, state_dict=ridge.state_dict(), metadata={"task": "hamiltonian-crystal",
-                         **meta}, calibrator=None, card=card)
-
-
-def load_crystal_model(path) -> tuple[TensorProductRidge, OrbitalLayout]:
-    """Load a ``hamiltonian-crystal`` artifact (strict weights)."""
-    from sciml.io.artifact import ArtifactError, load_artifact
-
-    art = load_artifact(path)
-    if art.config.get("task") != "hamiltonian-crystal":
-        raise ArtifactError(f"{path}: task is {art.config.get('task')!r}, not a crystal Hamiltonian model")
-    layout = OrbitalLayout.from_dict(art.config["layout"])
-    nb, eb = bases(layout)
-    r = art.config["ridge"]
-    ridge = TensorProductRidge(str(nb.irreps), str(eb.irreps), len(nb.pairs), len(eb.pairs),
-                               **{k: r[k] for k in ("lmax", "centres", "width", "shapes", "two_hop") if k in r})
-    ridge.load_state_dict(art.state_dict, strict=True)
-    return ridge, layout
-
-
-def predict_crystal_folders(folders, model_path, output) -> list[dict]:
-    """Predict H(R) for DeepH crystal folders (with H0 and S); write DeepH folders and ``bands.json`` (eV)."""
-    import json
-
-    from sciml.hamiltonian.deeph import read_deeph, write_deeph
-    from sciml.hamiltonian.periodic import mesh_kpoints
-    from sciml.io.atomic import atomic_write_text
-
-    ridge, layout = load_crystal_model(model_path)
-    nb, eb = bases(layout)
-    rows = []
-    for folder in folders:
-        s, _ = read_deeph(folder, layout)
-        for name in ("H0", "S"):
-            if name not in s.blocks:
-                raise ValueError(f"{folder}: no {'overlaps.h5' if name == 'S' else 'hamiltonians_0.h5'}; the crystal "
-                                 "model needs H0 and S blocks")
-        pred = predict_crystal(ridge, s, layout, nb, eb)
-        out = Path(output) / f"{Path(folder).resolve().parent.name}-{Path(folder).name}"
-        write_deeph(out / "deeph", pred, layout)
-        kpts = np.asarray(s.meta.get("check_kpts") or mesh_kpoints((2, 2, 2)))
-        row = {"source": str(folder), "folder": str(out), "kpts": kpts.tolist(),
-               "bands_ev": (structure_bands(pred, layout, kpts) * 27.211386245988).tolist()}
-        if "H" in s.blocks and "check_bands" in s.meta:
-            row |= crystal_errors(pred, s, layout)
-        atomic_write_text(out / "bands.json", json.dumps(row, indent=1))
-        rows.append(row)
-    return rows
+            raise ValueError(f"{s.meta.get('source')}: no lat.dat; the crystal model needs periodic structures")
+    return structures, layout

@@ -148,18 +148,29 @@ def read_deeph(folder: str | Path, layout: OrbitalLayout | None = None
     return structure, layout
 
 
-def read_deeph_tree(root: str | Path, layout: OrbitalLayout | None = None
+def read_deeph_tree(root: str | Path, layout: OrbitalLayout | None = None, merge_layouts: bool = False
                     ) -> tuple[list[HamiltonianStructure], OrbitalLayout]:
-    """Read every DeepH folder under ``root`` (folders holding ``element.dat``), sorted by path."""
+    """Read every DeepH folder under ``root`` (folders holding ``element.dat``), sorted by path.
+
+    Without ``layout`` the first folder's layout is used for all, unless ``merge_layouts``: then each folder is
+    read with its own ``orbital_types.dat`` and the layouts are merged (e.g. Si folders and C folders); an
+    element with different shells in two folders is an error naming both.
+    """
     folders = sorted(p.parent for p in Path(root).rglob("element.dat") if not p.parent.name.startswith("."))
     if not folders:
         raise FileNotFoundError(f"no DeepH folders (with element.dat) under {root}")
-    out = []
+    out, shells, seen = [], {}, {}
     for f in folders:
-        s, file_layout = read_deeph(f, layout)
+        s, file_layout = read_deeph(f, None if merge_layouts else layout)
+        if merge_layouts:
+            for z, ls in file_layout.shells.items():
+                if shells.setdefault(z, ls) != ls:
+                    raise ValueError(f"{f}/orbital_types.dat: element Z={z} has shells {ls}, {seen[z]} has "
+                                     f"{shells[z]}; all folders must use one basis set")
+                seen.setdefault(z, f)
         layout = layout or file_layout
         out.append(s)
-    return out, layout
+    return out, (OrbitalLayout(shells) if merge_layouts else layout)
 
 
 def _layout_from_types(folder: Path, numbers: np.ndarray) -> OrbitalLayout:

@@ -18,8 +18,8 @@ from sciml.hamiltonian.orbitals import OrbitalLayout
 from sciml.hamiltonian.periodic import band_energies, fourier_blocks
 from sciml.hamiltonian.structure import HamiltonianStructure
 
-__all__ = ["CRYSTALS", "CrystalSettings", "builtin_crystal", "exact_pair_blocks", "generate_crystals", "make_cell",
-           "run_crystal_scf"]
+__all__ = ["CRYSTALS", "CrystalSettings", "builtin_crystal", "crystal_zeroth_step", "exact_pair_blocks",
+           "generate_crystals", "make_cell", "run_crystal_scf"]
 
 BOHR = 0.52917721092  # Å, pyscf's value
 #: built-in diamond-structure crystals: element Z and cubic lattice constant (Å)
@@ -85,55 +85,91 @@ def exact_pair_blocks(cell, keys, intor: str = "int1e_ovlp") -> dict[tuple, np.n
     return out
 
 
-def run_crystal_scf(numbers, positions, lattice, settings: CrystalSettings) -> tuple[HamiltonianStructure,
-                                                                                   OrbitalLayout]:
-    """KRKS on ``kmesh``, Fock builds on ``fock_kmesh``; blocks H, H0 (Fourier) and S (exact), e3nn order.
-
-    ``meta`` holds ``energy`` (Hartree per cell), ``n_occupied`` (doubly occupied bands), ``scf_seconds``,
-    ``kmesh``, ``fock_kmesh``, ``cutoff``, ``basis``, ``pseudo``, ``xc`` and, for checks, the SCF mesh's
-    fractional ``kpts`` and ``mo_energy`` (Hartree), and pyscf's band energies ``check_bands`` (Hartree) at
-    off-mesh fractional ``check_kpts`` (L, X and three random points) from the SCF density.
-    """
-    from pyscf import lib
+def _crystal_mf(cell, settings: CrystalSettings):
+    """Unconverged ``KRKS`` on ``settings.kmesh`` (xc, tolerances set; no SCF run)."""
     from pyscf.pbc import dft
 
+    mf = dft.KRKS(cell, cell.make_kpts(settings.kmesh))
+    mf.xc, mf.conv_tol, mf.max_cycle, mf.verbose = settings.xc, settings.conv_tol, settings.max_cycle, 0
+    return mf
+
+
+def _real_space_blocks(cell, layout: OrbitalLayout, mf, dms: dict, positions, lattice, settings: CrystalSettings
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+    """H(R) blocks of ``hcore + veff(dm)`` per named density (Fock on ``fock_kmesh``, Fourier), plus S(R).
+
+    Blocks in e3nn order, Hartree; S exact (real space) or Fourier. Returns ``(numbers, pos, lat, blocks)``.
+    """
     from sciml.hamiltonian.orbitals import atomic_numbers
 
-    lib.num_threads(settings.threads)
-    cell = make_cell(numbers, positions, lattice, settings)
-    layout = OrbitalLayout.from_pyscf_mol(cell)
-    kpts = cell.make_kpts(settings.kmesh)
-    mf = dft.KRKS(cell, kpts)
-    mf.xc, mf.conv_tol, mf.max_cycle, mf.verbose = settings.xc, settings.conv_tol, settings.max_cycle, 0
-    start = time.perf_counter()
-    mf.kernel()
-    seconds = time.perf_counter() - start
-    if not mf.converged:
-        raise RuntimeError(f"periodic SCF did not converge in {settings.max_cycle} cycles")
     band = cell.make_kpts(settings.fock_kmesh)
     hcore = mf.get_hcore(cell, band)
-    fock = {"H": hcore + mf.get_veff(cell, mf.make_rdm1(), kpts=kpts, kpts_band=band),
-            "H0": hcore + mf.get_veff(cell, mf.get_init_guess(key="minao"), kpts=kpts, kpts_band=band)}
+    fock = {name: hcore + mf.get_veff(cell, dm, kpts=mf.kpts, kpts_band=band) for name, dm in dms.items()}
     pos, lat = np.asarray(positions, dtype=np.float64), np.asarray(lattice, dtype=np.float64)
     numbers = atomic_numbers(cell)
     off = layout.atom_offsets(numbers)
     raw = {name: fourier_blocks(np.asarray(hk), settings.fock_kmesh, pos, lat, off, settings.cutoff)
            for name, hk in fock.items()}
     if settings.exact_overlap:
-        raw["S"] = exact_pair_blocks(cell, list(raw["H"]))
+        raw["S"] = exact_pair_blocks(cell, list(raw["H0"]))
     else:
         sk = np.asarray(cell.pbc_intor("int1e_ovlp", hermi=1, kpts=band))
         raw["S"] = fourier_blocks(sk, settings.fock_kmesh, pos, lat, off, settings.cutoff)
     maps = [layout.atom_transform(z) for z in numbers]
     blocks = {name: {k: maps[k[3]] @ b @ maps[k[4]].T for k, b in bl.items()} for name, bl in raw.items()}
+    return numbers, pos, lat, blocks
+
+
+def crystal_zeroth_step(numbers, positions, lattice, settings: CrystalSettings
+                        ) -> tuple[HamiltonianStructure, OrbitalLayout]:
+    """H0(R) (Fock of the minao density, no SCF) and S(R) blocks of a crystal, as in :func:`run_crystal_scf`.
+
+    ``meta`` holds ``n_occupied`` (doubly occupied bands) and the settings used.
+    """
+    from pyscf import lib
+
+    lib.num_threads(settings.threads)
+    cell = make_cell(numbers, positions, lattice, settings)
+    layout = OrbitalLayout.from_pyscf_mol(cell)
+    mf = _crystal_mf(cell, settings)
+    numbers, pos, lat, blocks = _real_space_blocks(cell, layout, mf, {"H0": mf.get_init_guess(key="minao")},
+                                                   positions, lattice, settings)
+    meta = {"n_occupied": int(cell.nelectron // 2), "kmesh": list(settings.kmesh),
+            "fock_kmesh": list(settings.fock_kmesh), "cutoff": settings.cutoff, "basis": settings.basis,
+            "pseudo": settings.pseudo, "xc": settings.xc, "ke_cutoff": settings.ke_cutoff}
+    return HamiltonianStructure(numbers, pos, lat, blocks, meta), layout
+
+
+def run_crystal_scf(numbers, positions, lattice, settings: CrystalSettings) -> tuple[HamiltonianStructure,
+                                                                                   OrbitalLayout]:
+    """KRKS on ``kmesh``, Fock builds on ``fock_kmesh``; blocks H, H0 (Fourier) and S (exact), e3nn order.
+
+    ``meta`` holds ``energy`` (Hartree per cell), ``n_occupied`` (doubly occupied bands), ``scf_seconds``,
+    ``kmesh``, ``fock_kmesh``, ``cutoff``, ``basis``, ``pseudo``, ``xc``, ``ke_cutoff`` and, for checks, the SCF
+    mesh's fractional ``kpts`` and ``mo_energy`` (Hartree), and pyscf's band energies ``check_bands`` (Hartree) at
+    off-mesh fractional ``check_kpts`` (L, X and three random points) from the SCF density.
+    """
+    from pyscf import lib
+
+    lib.num_threads(settings.threads)
+    cell = make_cell(numbers, positions, lattice, settings)
+    layout = OrbitalLayout.from_pyscf_mol(cell)
+    mf = _crystal_mf(cell, settings)
+    start = time.perf_counter()
+    mf.kernel()
+    seconds = time.perf_counter() - start
+    if not mf.converged:
+        raise RuntimeError(f"periodic SCF did not converge in {settings.max_cycle} cycles")
+    dms = {"H": mf.make_rdm1(), "H0": mf.get_init_guess(key="minao")}
+    numbers, pos, lat, blocks = _real_space_blocks(cell, layout, mf, dms, positions, lattice, settings)
     check = np.vstack([[[0.5, 0.5, 0.5], [0.5, 0.0, 0.5]], np.random.default_rng(0).random((3, 3))])
     ck = cell.get_abs_kpts(check)
-    hk = mf.get_hcore(cell, ck) + mf.get_veff(cell, mf.make_rdm1(), kpts=kpts, kpts_band=ck)
+    hk = mf.get_hcore(cell, ck) + mf.get_veff(cell, mf.make_rdm1(), kpts=mf.kpts, kpts_band=ck)
     check_bands = band_energies(np.asarray(hk), np.asarray(cell.pbc_intor("int1e_ovlp", hermi=1, kpts=ck)))
     meta = {"energy": float(mf.e_tot), "n_occupied": int(cell.nelectron // 2), "scf_seconds": seconds,
             "kmesh": list(settings.kmesh), "fock_kmesh": list(settings.fock_kmesh), "cutoff": settings.cutoff,
-            "basis": settings.basis, "pseudo": settings.pseudo, "xc": settings.xc,
-            "kpts": cell.get_scaled_kpts(kpts).tolist(), "mo_energy": np.asarray(mf.mo_energy).tolist(),
+            "basis": settings.basis, "pseudo": settings.pseudo, "xc": settings.xc, "ke_cutoff": settings.ke_cutoff,
+            "kpts": cell.get_scaled_kpts(mf.kpts).tolist(), "mo_energy": np.asarray(mf.mo_energy).tolist(),
             "check_kpts": check.tolist(), "check_bands": check_bands.tolist()}
     return HamiltonianStructure(numbers, pos, lat, blocks, meta), layout
 
