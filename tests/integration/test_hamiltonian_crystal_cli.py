@@ -1,0 +1,111 @@
+"""End to end on crystals: tiny Si data (pyscf.pbc) → ``sciml hamiltonian fit-crystal`` → ``predict`` from POSCAR/CIF.
+
+Generator settings are tiny (gth-szv, Γ-only SCF, 3×3×3 Fock mesh, 6 Å pair cutoff, 20 Ha plane-wave cutoff:
+~4 s per structure). The fast test fits on two structures and predicts structure 1 from a POSCAR written from
+its geometry: H0(R) and S(R) built from the file must equal the training folder's (same code path, same
+settings), so the predicted bands must equal the folder prediction's to round-off (1e-9 eV). The slow test
+holds a third structure out and checks that the model beats H0 on the pyscf bands.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sciml.cli.main import main
+
+pytest.importorskip("pyscf")
+SETTINGS = {"kmesh": (1, 1, 1), "fock_kmesh": (3, 3, 3), "cutoff": 6.0, "ke_cutoff": 20.0, "conv_tol": 1e-8}
+
+
+def make_data(root: Path, n: int) -> Path:
+    from sciml.hamiltonian.gen_crystal import CrystalSettings, generate_crystals
+
+    generate_crystals("Si", n, 0.05, 0, CrystalSettings(**SETTINGS), root, progress=False)
+    return root / "deeph" / "Si"
+
+
+def write_structure(folder: Path, path: Path) -> Path:
+    from pymatgen.core import Lattice, Structure
+
+    from sciml.hamiltonian.deeph import read_deeph
+
+    s, _ = read_deeph(folder)
+    Structure(Lattice(s.lattice), s.numbers.tolist(), s.positions, coords_are_cartesian=True).to(filename=str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("crys")
+    data = make_data(tmp / "data", 2)
+    assert main(["hamiltonian", "fit-crystal", str(data), "--output", str(tmp / "model")]) == 0
+    return tmp, data
+
+
+def test_predict_from_poscar_matches_folder_and_beats_h0(fitted, capsys):
+    tmp, data = fitted
+    poscar = write_structure(data / "00001", tmp / "POSCAR")
+    assert main(["hamiltonian", "predict", "--model", str(tmp / "model"), str(poscar), str(data / "00001"),
+                 "--output", str(tmp / "out"), "--reference", str(data / "00001"), str(data / "00001"),
+                 "--kpath", "20", "--plot"]) == 0
+    assert "VBM" in capsys.readouterr().out
+    rows = [json.loads(p.read_text()) for p in sorted((tmp / "out").glob("*/bands.json"))]
+    from_file = next(r for r in rows if r["source"].endswith("POSCAR"))
+    from_folder = next(r for r in rows if r is not from_file)
+    for key in ("kpath", "mesh"):
+        assert np.allclose(from_file[key]["bands_ev"], from_folder[key]["bands_ev"], atol=1e-9)
+    # in-sample: the model must reproduce the pyscf bands better than H0 does
+    assert from_file["model_occupied_band_mae_mev"] < 0.5 * from_file["h0_occupied_band_mae_mev"]
+    assert from_file["gap_ev"] == pytest.approx(from_file["cbm_ev"] - from_file["vbm_ev"])
+    # two calibration structures: n < 1/alpha - 1, so the conformal radius is infinite (null)
+    assert from_file["band_radius_ev"][0] is None and from_file["gap_lower_ev"] is None
+    assert (Path(from_file["folder"]) / "bands.png").is_file()
+    assert (Path(from_file["folder"]) / "deeph" / "hamiltonians.h5").is_file()
+    ticks = [label for _, label in from_file["kpath"]["ticks"]]
+    assert "\\Gamma" in ticks and "X" in ticks  # fcc path (symprec absorbs the 0.05 Å displacements)
+
+
+def test_bad_crystal_inputs(fitted, tmp_path, capsys, monkeypatch):
+    tmp, data = fitted
+    model = str(tmp / "model")
+    bad = tmp_path / "broken.cif"
+    bad.write_text("data_x\n_cell_length_a nonsense\n")
+    carbon = tmp_path / "C.cif"
+    from pymatgen.core import Lattice, Structure
+
+    Structure(Lattice.cubic(3.57), ["C", "C"], [[0, 0, 0], [0.25, 0.25, 0.25]]).to(filename=str(carbon))
+    cases = [([str(bad)], "broken.cif"), ([str(carbon)], "outside the trained orbital basis"),
+             ([str(tmp_path / "missing.cif")], "no such file")]
+    for inputs, needle in cases:
+        assert main(["hamiltonian", "predict", "--model", model, *inputs, "--output", str(tmp_path / "o")]) == 2
+        err = capsys.readouterr().err
+        assert needle in err and err.count("\n") == 1, err
+    import sciml.hamiltonian.generate as generate
+
+    def no_pyscf():
+        raise ImportError("pyscf is not installed; install the extra: pip install 'sciml[quantum]'")
+
+    monkeypatch.setattr(generate, "import_pyscf", no_pyscf)
+    poscar = write_structure(data / "00000", tmp_path / "POSCAR")
+    assert main(["hamiltonian", "predict", "--model", model, str(poscar), "--output", str(tmp_path / "o")]) == 2
+    assert "pyscf" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_held_out_crystal_bands(tmp_path):
+    data = make_data(tmp_path / "data", 4)
+    train = tmp_path / "train"
+    train.mkdir()
+    for k in range(3):
+        (train / f"{k:05d}").symlink_to(data / f"{k:05d}")
+    assert main(["hamiltonian", "fit-crystal", str(train), "--output", str(tmp_path / "model")]) == 0
+    cif = write_structure(data / "00003", tmp_path / "held.cif")
+    assert main(["hamiltonian", "predict", "--model", str(tmp_path / "model"), str(cif), "--output",
+                 str(tmp_path / "out"), "--reference", str(data / "00003"), "--alpha", "0.25"]) == 0
+    row = json.loads((tmp_path / "out" / "held" / "bands.json").read_text())
+    assert row["model_occupied_band_mae_mev"] < row["h0_occupied_band_mae_mev"]
+    assert all(r is not None for r in row["band_radius_ev"])  # n = 3 scores per band: finite at alpha = 0.25
