@@ -117,9 +117,11 @@ def predict_one(s: HamiltonianStructure, model: CrystalModel, alpha: float, n_pa
            "kpath": {"kpts": kp.tolist(), "x": x.tolist(), "ticks": ticks, "bands_ev": (b_path * HARTREE_EV).tolist()},
            "mesh": {"kmesh": list(mesh), "kpts": km.tolist(), "bands_ev": (b_mesh * HARTREE_EV).tolist()},
            **band_summary(np.vstack([b_path, b_mesh]), n_occ, radius)}
-    if reference is not None:
-        row["reference_kpath_bands_ev"] = (structure_bands(reference, model.layout, kp) * HARTREE_EV).tolist()
-        if "check_bands" in reference.meta and set(reference.blocks_of("H")) <= set(pred.blocks_of("H")):
+    if reference is not None:  # same cell (maybe rotated, as CIF does): same fractional k; else via Cartesian k
+        same = np.allclose(s.lattice @ s.lattice.T, reference.lattice @ reference.lattice.T, atol=1e-4)
+        k_ref = kp if same else kp @ np.linalg.inv(s.lattice).T @ reference.lattice.T
+        row["reference_kpath_bands_ev"] = (structure_bands(reference, model.layout, k_ref) * HARTREE_EV).tolist()
+        if "check_bands" in reference.meta:
             row |= crystal_errors(pred, reference, model.layout)
             row["check_kpts"] = reference.meta["check_kpts"]
             row["check_bands_ev"] = (structure_bands(pred, model.layout, reference.meta["check_kpts"])

@@ -1,10 +1,10 @@
 """End to end on crystals: tiny Si data (pyscf.pbc) → ``sciml hamiltonian fit-crystal`` → ``predict`` from POSCAR/CIF.
 
 Generator settings are tiny (gth-szv, Γ-only SCF, 3×3×3 Fock mesh, 6 Å pair cutoff, 20 Ha plane-wave cutoff:
-~4 s per structure). The fast test fits on two structures and predicts structure 1 from a POSCAR written from
+~4 s per structure). The model is fitted on three structures. Structure 1 predicted from a POSCAR written from
 its geometry: H0(R) and S(R) built from the file must equal the training folder's (same code path, same
-settings), so the predicted bands must equal the folder prediction's to round-off (1e-9 eV). The slow test
-holds a third structure out and checks that the model beats H0 on the pyscf bands.
+settings), so the predicted bands must equal the folder prediction's to round-off (1e-9 eV). Structure 3 is
+held out and read from a CIF; its bands are checked against pyscf's.
 """
 
 from __future__ import annotations
@@ -40,9 +40,14 @@ def write_structure(folder: Path, path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def fitted(tmp_path_factory):
+    """Four tiny Si structures; the model is fitted on 0-2 (structure 3 is held out)."""
+    import shutil
+
     tmp = tmp_path_factory.mktemp("crys")
-    data = make_data(tmp / "data", 2)
-    assert main(["hamiltonian", "fit-crystal", str(data), "--output", str(tmp / "model")]) == 0
+    data = make_data(tmp / "data", 4)
+    for k in range(3):
+        shutil.copytree(data / f"{k:05d}", tmp / "train" / f"{k:05d}")
+    assert main(["hamiltonian", "fit-crystal", str(tmp / "train"), "--output", str(tmp / "model")]) == 0
     return tmp, data
 
 
@@ -61,7 +66,7 @@ def test_predict_from_poscar_matches_folder_and_beats_h0(fitted, capsys):
     # in-sample: the model must reproduce the pyscf bands better than H0 does
     assert from_file["model_occupied_band_mae_mev"] < 0.5 * from_file["h0_occupied_band_mae_mev"]
     assert from_file["gap_ev"] == pytest.approx(from_file["cbm_ev"] - from_file["vbm_ev"])
-    # two calibration structures: n < 1/alpha - 1, so the conformal radius is infinite (null)
+    # three calibration structures: n < 1/alpha - 1 at alpha = 0.1, so the conformal radius is infinite (null)
     assert from_file["band_radius_ev"][0] is None and from_file["gap_lower_ev"] is None
     assert (Path(from_file["folder"]) / "bands.png").is_file()
     assert (Path(from_file["folder"]) / "deeph" / "hamiltonians.h5").is_file()
@@ -95,17 +100,18 @@ def test_bad_crystal_inputs(fitted, tmp_path, capsys, monkeypatch):
     assert "pyscf" in capsys.readouterr().err
 
 
-@pytest.mark.slow
-def test_held_out_crystal_bands(tmp_path):
-    data = make_data(tmp_path / "data", 4)
-    train = tmp_path / "train"
-    train.mkdir()
-    for k in range(3):
-        (train / f"{k:05d}").symlink_to(data / f"{k:05d}")
-    assert main(["hamiltonian", "fit-crystal", str(train), "--output", str(tmp_path / "model")]) == 0
-    cif = write_structure(data / "00003", tmp_path / "held.cif")
-    assert main(["hamiltonian", "predict", "--model", str(tmp_path / "model"), str(cif), "--output",
-                 str(tmp_path / "out"), "--reference", str(data / "00003"), "--alpha", "0.25"]) == 0
-    row = json.loads((tmp_path / "out" / "held" / "bands.json").read_text())
-    assert row["model_occupied_band_mae_mev"] < row["h0_occupied_band_mae_mev"]
+def test_held_out_crystal_bands_from_cif(fitted):
+    """Held-out structure from a CIF (pymatgen wraps atoms and rotates the cell: bands are invariant).
+
+    The pyscf bands are compared at five off-mesh k-points. ``reference_h`` (the pyscf H(R) truncated at the 6 Å
+    cutoff) sets the floor no model of these blocks can beat; the model must close >= 90% of H0's excess over
+    that floor (measured: model 183.1 meV, floor 183.4 meV, H0 1016 meV).
+    """
+    tmp, data = fitted
+    cif = write_structure(data / "00003", tmp / "held.cif")
+    assert main(["hamiltonian", "predict", "--model", str(tmp / "model"), str(cif), "--output",
+                 str(tmp / "held_out"), "--reference", str(data / "00003"), "--alpha", "0.25"]) == 0
+    row = json.loads((tmp / "held_out" / "held" / "bands.json").read_text())
+    floor, h0 = row["reference_h_occupied_band_mae_mev"], row["h0_occupied_band_mae_mev"]
+    assert row["model_occupied_band_mae_mev"] < floor + 0.1 * (h0 - floor)
     assert all(r is not None for r in row["band_radius_ev"])  # n = 3 scores per band: finite at alpha = 0.25
