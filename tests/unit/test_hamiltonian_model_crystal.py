@@ -11,7 +11,7 @@ import itertools
 
 import numpy as np
 
-from sciml.hamiltonian.crystal import fit_crystal_ridge, predict_crystal
+from sciml.hamiltonian.crystal import CRYSTAL_RIDGE, fit_crystal_ridge, predict_crystal
 from sciml.hamiltonian.orbitals import OrbitalLayout, block_wigner
 from sciml.hamiltonian.structure import HamiltonianStructure
 from sciml.testing import random_orthogonal
@@ -60,3 +60,73 @@ def test_crystal_prediction_is_equivariant_and_hermitian():
         rotated = predict_crystal(ridge, rotate(test, q), LAYOUT, nb, eb)
         err = max(np.abs(rotated.blocks["H"][k] - d @ b @ d.T).max() for k, b in pred.blocks["H"].items())
         assert err <= 1e-9 * scale, f"parity={parity}: {err:.2e}"
+
+
+def with_check_bands(s: HamiltonianStructure, kpts) -> HamiltonianStructure:
+    """The exact bands of H at ``kpts`` as the 'pyscf' reference (S is near identity, positive definite)."""
+    from sciml.hamiltonian.periodic import structure_bands
+
+    out = HamiltonianStructure(s.numbers, s.positions, s.lattice, dict(s.blocks), dict(s.meta))
+    out.meta |= {"check_kpts": kpts.tolist(), "check_bands": structure_bands(out, LAYOUT, kpts).tolist()}
+    return out
+
+
+def test_leave_one_out_band_calibrator_round_trips(tmp_path):
+    """Scores are max-over-k band errors of refits without the structure; q_b is the ⌈(n+1)(1−α)⌉-th score."""
+    import torch
+
+    from sciml.hamiltonian.crystal_model import (
+        band_radius,
+        fit_band_calibrator,
+        load_crystal_model,
+        loo_band_scores,
+        save_crystal_model,
+    )
+    from sciml.hamiltonian.periodic import structure_bands
+
+    rng = np.random.default_rng(1)
+    kpts = rng.random((3, 3))
+    train = [with_check_bands(crystal(rng), kpts) for _ in range(3)]
+    scores, groups = loo_band_scores(train, LAYOUT, {"lam": 1e-3})
+    assert scores.shape == groups.shape == (3 * 8,)
+    ridge, nb, eb = fit_crystal_ridge(train[1:], LAYOUT, {"lam": 1e-3})  # structure 0 held out, by hand
+    b = structure_bands(predict_crystal(ridge, train[0], LAYOUT, nb, eb), LAYOUT, kpts)
+    assert np.allclose(scores[:8], np.abs(b - np.asarray(train[0].meta["check_bands"])).max(axis=0), atol=1e-12)
+    cal = fit_band_calibrator(train, LAYOUT, {"lam": 1e-3})
+    per_band = scores.reshape(3, 8).max(axis=0)  # n = 3, alpha = 0.25: k = ⌈4 · 0.75⌉ = 3, the largest score
+    assert np.allclose(band_radius(cal, 8, 0.25), per_band)
+    assert np.isinf(band_radius(cal, 8, 0.1)).all()  # k = ⌈4 · 0.9⌉ = 4 > n
+    save_crystal_model(tmp_path / "m", ridge, LAYOUT, CRYSTAL_RIDGE | {"lam": 1e-3}, {"n_structures": 3},
+                       {"basis": "x"}, cal)
+    model = load_crystal_model(tmp_path / "m")
+    assert np.allclose(band_radius(model.calibrator, 8, 0.25), per_band) and model.generator == {"basis": "x"}
+    assert all(torch.equal(v, model.ridge.state_dict()[k]) for k, v in ridge.state_dict().items())
+    try:
+        loo_band_scores(train[:1], LAYOUT)
+    except ValueError as err:
+        assert ">= 2 training crystals" in str(err)
+    else:
+        raise AssertionError("one structure must be refused")
+
+
+def test_read_deeph_tree_merges_layouts(tmp_path):
+    """Folders of different elements merge into one layout; one element with two bases is a clear error."""
+    import pytest
+
+    from sciml.hamiltonian.deeph import read_deeph_tree, write_deeph
+
+    pytest.importorskip("h5py")
+    rng = np.random.default_rng(2)
+    si = crystal(rng)
+    write_deeph(tmp_path / "a" / "Si", si, LAYOUT)
+    s_only = OrbitalLayout({6: (0,)})
+    c = HamiltonianStructure(np.array([6]), np.zeros((1, 3)), LATTICE,
+                             {"H": {(0, 0, 0, 0, 0): np.array([[-0.5]])}}, {})
+    write_deeph(tmp_path / "a" / "C", c, s_only)
+    structures, layout = read_deeph_tree(tmp_path / "a", merge_layouts=True)
+    assert layout.shells == {14: (0, 1), 6: (0,)} and len(structures) == 2
+    write_deeph(tmp_path / "b" / "C1", c, s_only)
+    c2 = HamiltonianStructure(np.array([6]), np.zeros((1, 3)), LATTICE, {"H": {(0, 0, 0, 0, 0): np.eye(2)}}, {})
+    write_deeph(tmp_path / "b" / "C3", c2, OrbitalLayout({6: (0, 0)}))
+    with pytest.raises(ValueError, match="element Z=6 has shells"):
+        read_deeph_tree(tmp_path / "b", merge_layouts=True)
