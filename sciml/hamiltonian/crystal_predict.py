@@ -117,6 +117,8 @@ def predict_one(s: HamiltonianStructure, model: CrystalModel, alpha: float, n_pa
            "kpath": {"kpts": kp.tolist(), "x": x.tolist(), "ticks": ticks, "bands_ev": (b_path * HARTREE_EV).tolist()},
            "mesh": {"kmesh": list(mesh), "kpts": km.tolist(), "bands_ev": (b_mesh * HARTREE_EV).tolist()},
            **band_summary(np.vstack([b_path, b_mesh]), n_occ, radius)}
+    kc = np.asarray(s.meta.get("check_kpts") or mesh_kpoints((2, 2, 2)))  # the generator's check points, if any
+    row |= {"kpts": kc.tolist(), "bands_ev": (structure_bands(pred, model.layout, kc) * HARTREE_EV).tolist()}
     if reference is not None:  # same cell (maybe rotated, as CIF does): same fractional k; else via Cartesian k
         same = np.allclose(s.lattice @ s.lattice.T, reference.lattice @ reference.lattice.T, atol=1e-4)
         k_ref = kp if same else kp @ np.linalg.inv(s.lattice).T @ reference.lattice.T
