@@ -28,22 +28,26 @@ HARTREE_EV = 27.211386245988
 def kpath(numbers, positions, lattice, n: int = 60, symprec: float = 0.1) -> tuple[np.ndarray, np.ndarray, list]:
     """High-symmetry path: fractional k (n', 3) of ``lattice``, path length x (n',) in 1/Å, ticks ``[(x, label)]``.
 
-    pymatgen's path is given in Cartesian coordinates of its standard primitive cell and mapped to this lattice's
-    reciprocal basis, ``k_frac = k_cart · Lᵀ / 2π`` (valid for any supercell of the same orientation).
+    pymatgen's path is given in Cartesian coordinates of its standard primitive cell (spglib's standardised
+    orientation), rotated back to the input's orientation and mapped to this lattice's reciprocal basis,
+    ``k_frac = k_cart · Lᵀ / 2π`` (any cell of the crystal: primitive, conventional, rotated).
     ``symprec`` (Å) is loose so that slightly displaced structures keep the path of their ideal lattice.
     """
     import warnings
 
     from pymatgen.core import Lattice, Structure
+    from pymatgen.symmetry.analyzer import SpacegroupAnalyzer
     from pymatgen.symmetry.bandstructure import HighSymmKpath
 
     st = Structure(Lattice(lattice), [int(z) for z in numbers], positions, coords_are_cartesian=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         path = HighSymmKpath(st, symprec=symprec)
+        # spglib's standardisation rotates Cartesian space (x_std = R x): bring k back, k_in = Rᵀ k_std
+        rot = np.asarray(SpacegroupAnalyzer(st, symprec=symprec).get_symmetry_dataset().std_rotation_matrix)
     kp = path.kpath
-    segments = [(kp["kpoints"][a] @ path.prim_rec.matrix, kp["kpoints"][b] @ path.prim_rec.matrix, a, b)
-                for branch in kp["path"] for a, b in zip(branch[:-1], branch[1:], strict=True)]
+    cart = {name: kp["kpoints"][name] @ path.prim_rec.matrix @ rot for name in kp["kpoints"]}
+    segments = [(cart[a], cart[b], a, b) for branch in kp["path"] for a, b in zip(branch[:-1], branch[1:], strict=True)]
     total = sum(np.linalg.norm(b - a) for a, b, _, _ in segments)
     ks, xs, ticks, x0 = [], [], [], 0.0
     for a, b, la, lb in segments:

@@ -130,3 +130,25 @@ def test_read_deeph_tree_merges_layouts(tmp_path):
     write_deeph(tmp_path / "b" / "C3", c2, OrbitalLayout({6: (0, 0)}))
     with pytest.raises(ValueError, match="element Z=6 has shells"):
         read_deeph_tree(tmp_path / "b", merge_layouts=True)
+
+
+def test_kpath_lands_on_fcc_high_symmetry_points_for_rotated_cells():
+    """fcc labelled points (Γ, X, W, K, L, U) have fractional coordinates in multiples of 1/8 of the primitive
+    reciprocal basis and integers/halves of the conventional one, whatever the cell's orientation."""
+    import pytest
+
+    pytest.importorskip("pymatgen")
+    from sciml.hamiltonian.crystal_predict import kpath
+
+    a = 5.431
+    prim = a / 2 * (np.ones((3, 3)) - np.eye(3))
+    q = random_orthogonal(np.random.default_rng(4), parity=False)
+    conv_frac = np.array([[0, 0, 0], [0, .5, .5], [.5, 0, .5], [.5, .5, 0], [.25, .25, .25], [.25, .75, .75],
+                          [.75, .25, .75], [.75, .75, .25]])
+    cells = [([14, 14], np.array([[0, 0, 0], [a / 4] * 3]) @ q.T, prim @ q.T),
+             ([14] * 8, conv_frac @ (a * np.eye(3)) @ q.T, a * np.eye(3) @ q.T)]
+    for numbers, pos, lat in cells:
+        k, x, ticks = kpath(numbers, pos, lat, 30)
+        at_ticks = np.array([k[np.argmin(np.abs(x - t))] for t, _ in ticks])
+        assert np.allclose(8 * at_ticks, np.round(8 * at_ticks), atol=1e-6)
+        assert "X" in [label for _, label in ticks]
