@@ -26,6 +26,8 @@ def add_parser(sub, name: str) -> None:
     q.add_argument("--plot", action="store_true", help="draw predicted (and reference) orbital levels")
     q.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     q.add_argument("--kpath", type=int, default=60, help="crystals: k-points along the high-symmetry path")
+    q.add_argument("--symprec", type=float, default=0.1,
+                   help="crystals: symmetry tolerance (Å) choosing the k-path (larger: displaced cells keep the ideal path)")
     q.set_defaults(run=run_predict)
     c = verbs.add_parser("fit-crystal", help="fit the closed-form crystal model on DeepH folders (H, H0, S)")
     c.add_argument("data", help="folder holding periodic DeepH folders (sciml data hamiltonian --crystal)")
@@ -51,7 +53,7 @@ def _run_crystal(args) -> int:
     from sciml.hamiltonian.crystal_predict import predict_crystal_inputs
 
     for row in predict_crystal_inputs(args.inputs, args.model, args.output, args.alpha, args.kpath, args.reference,
-                                      args.plot, args.threads):
+                                      args.plot, args.threads, args.symprec):
         gap = "no gap (no virtual band)"
         if "gap_ev" in row:
             lo, hi = (f"{v:.3f}" if v is not None else s for v, s in ((row["gap_lower_ev"], "-inf"),

@@ -106,12 +106,13 @@ def band_summary(bands: np.ndarray, n_occ: int, radius: np.ndarray) -> dict:
 
 
 def predict_one(s: HamiltonianStructure, model: CrystalModel, alpha: float, n_path: int,
-                reference: HamiltonianStructure | None = None) -> tuple[HamiltonianStructure, dict]:
+                reference: HamiltonianStructure | None = None, symprec: float = 0.1
+                ) -> tuple[HamiltonianStructure, dict]:
     """Predicted structure and its ``bands.json`` row (eV) for one crystal carrying H0 and S."""
     nb, eb = model.bases
     pred = predict_crystal(model.ridge, s, model.layout, nb, eb)
     n_occ = int(s.meta.get("n_occupied") or round(s.numbers.sum() / 2))
-    kp, x, ticks = kpath(s.numbers, s.positions, s.lattice, n_path)
+    kp, x, ticks = kpath(s.numbers, s.positions, s.lattice, n_path, symprec)
     mesh = tuple(model.generator.get("fock_kmesh") or (4, 4, 4))
     km = mesh_kpoints(mesh)
     b_path, b_mesh = structure_bands(pred, model.layout, kp), structure_bands(pred, model.layout, km)
@@ -152,7 +153,7 @@ def _read_input(path, model: CrystalModel, threads: int) -> HamiltonianStructure
 
 
 def predict_crystal_inputs(paths, model_path, output, alpha: float = 0.1, n_path: int = 60, references=None,
-                           plot: bool = False, threads: int = 1):
+                           plot: bool = False, threads: int = 1, symprec: float = 0.1):
     """Yield one ``bands.json`` row per input (structure file or DeepH folder) after writing its folder."""
     from sciml.hamiltonian.deeph import read_deeph, write_deeph
     from sciml.io.atomic import atomic_write_text
@@ -163,7 +164,7 @@ def predict_crystal_inputs(paths, model_path, output, alpha: float = 0.1, n_path
         ref = read_deeph(references[k], model.layout)[0] if references else None
         if ref is not None and "H" not in ref.blocks:
             raise ValueError(f"{references[k]}: no hamiltonians.h5; a reference DeepH folder needs H (and S)")
-        pred, row = predict_one(s, model, alpha, n_path, ref)
+        pred, row = predict_one(s, model, alpha, n_path, ref, symprec)
         p = Path(path)
         out = Path(output) / (f"{p.resolve().parent.name}-{p.name}" if p.is_dir() else p.stem)
         write_deeph(out / "deeph", pred, model.layout)
