@@ -27,7 +27,7 @@ def add_parser(sub, name: str) -> None:
     q.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     q.add_argument("--kpath", type=int, default=60, help="crystals: k-points along the high-symmetry path")
     q.add_argument("--symprec", type=float, default=0.1,
-                   help="crystals: symmetry tolerance (Å) choosing the k-path (larger: displaced cells keep the ideal path)")
+                   help="crystals: symmetry tolerance (Å) for the k-path (larger: displaced cells keep the ideal one)")
     q.set_defaults(run=run_predict)
     c = verbs.add_parser("fit-crystal", help="fit the closed-form crystal model on DeepH folders (H, H0, S)")
     c.add_argument("data", help="folder holding periodic DeepH folders (sciml data hamiltonian --crystal)")
