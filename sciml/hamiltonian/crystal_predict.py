@@ -76,8 +76,8 @@ def structure_from_file(path, model: CrystalModel, threads: int = 1) -> Hamilton
     gen = {k: tuple(v) if isinstance(v, list) else v for k, v in model.generator.items() if v is not None or
            k in ("cutoff", "ke_cutoff")}
     if not {"basis", "pseudo", "xc", "kmesh", "fock_kmesh"} <= set(gen):
-        raise ValueError(f"{model.meta.get('source', 'model')}: no generator settings stored; refit it with "
-                         "`sciml hamiltonian fit-crystal` to predict from structure files")
+        raise ValueError(f"{path}: the crystal model stores no pyscf.pbc generator settings (basis, k-meshes); "
+                         "refit it with `sciml hamiltonian fit-crystal` on generated data, or give DeepH folders")
     s, layout = crystal_zeroth_step(numbers, st.cart_coords, st.lattice.matrix, CrystalSettings(**gen,
                                                                                                 threads=threads))
     for z in set(numbers.tolist()):

@@ -89,13 +89,28 @@ def test_bad_crystal_inputs(fitted, tmp_path, capsys, monkeypatch):
         assert main(["hamiltonian", "predict", "--model", model, *inputs, "--output", str(tmp_path / "o")]) == 2
         err = capsys.readouterr().err
         assert needle in err and err.count("\n") == 1, err
+    import shutil
+
+    shutil.copytree(data / "00000", tmp_path / "noH")
+    (tmp_path / "noH" / "hamiltonians.h5").unlink()
+    assert main(["hamiltonian", "predict", "--model", model, str(data / "00000"), "--output", str(tmp_path / "o"),
+                 "--reference", str(tmp_path / "noH")]) == 2
+    assert "no hamiltonians.h5" in capsys.readouterr().err
+    import yaml
+
+    shutil.copytree(tmp / "model", tmp_path / "old_model")  # a model without generator settings (older artifact)
+    cfg = yaml.safe_load((tmp_path / "old_model" / "config.yaml").read_text())
+    (tmp_path / "old_model" / "config.yaml").write_text(yaml.safe_dump(cfg | {"generator": None}))
+    poscar = write_structure(data / "00000", tmp_path / "POSCAR")
+    assert main(["hamiltonian", "predict", "--model", str(tmp_path / "old_model"), str(poscar), "--output",
+                 str(tmp_path / "o")]) == 2
+    assert "stores no pyscf.pbc generator settings" in capsys.readouterr().err
     import sciml.hamiltonian.generate as generate
 
     def no_pyscf():
         raise ImportError("pyscf is not installed; install the extra: pip install 'sciml[quantum]'")
 
     monkeypatch.setattr(generate, "import_pyscf", no_pyscf)
-    poscar = write_structure(data / "00000", tmp_path / "POSCAR")
     assert main(["hamiltonian", "predict", "--model", model, str(poscar), "--output", str(tmp_path / "o")]) == 2
     assert "pyscf" in capsys.readouterr().err
 
