@@ -5,12 +5,13 @@ Conformal band intervals (split conformal, Mondrian by band index; Vovk et al. 2
 
     s_ib = max_k |ε_b(k; predicted H_i) − ε_b(k; pyscf)|,     k over the generator's off-mesh ``check_kpts``,
 
-(Hartree). For a new structure exchangeable with the training structures, the interval ``ε_b(k) ± q_b`` with
-``q_b`` the ``⌈(n+1)(1−α)⌉``-th smallest of the ``n`` scores covers the pyscf band at all those k-points at once
-with probability ≥ 1 − α. Leave-one-out scores are not independent of the fitted model, so the guarantee is
-the jackknife one (≥ 1 − 2α in the worst case, Barber et al. 2021, "jackknife+"); with ``n < 1/α − 1`` the
-interval is infinite (reported as ``null``). Between the check k-points (k-path, mesh) the interval is a
-heuristic extension of the same per-band radius.
+(Hartree). The interval is ``ε_b(k) ± q_b``, ``q_b`` the ``⌈(n+1)(1−α)⌉``-th smallest of the ``n`` scores
+(``+inf``, reported as ``null``, when that rank exceeds ``n``). If the prediction came from a model fitted
+without the test structure's exchangeable peers this would be split conformal (≥ 1 − α for structures
+exchangeable with the training ones, at all check k-points at once); here the prediction uses the model fitted
+on all ``n``, i.e. the jackknife of Barber et al. (2021), whose ≥ 1 − α holds for stable fits (a closed-form
+ridge changes little when one structure is removed) but is not distribution-free (their jackknife+, ≥ 1 − 2α,
+is not implemented). Between the check k-points (k-path, mesh) the per-band radius is a heuristic extension.
 """
 
 from __future__ import annotations
