@@ -45,7 +45,8 @@ class PerturbationFlow(L.LightningModule):
     flow : dict
         Over :data:`FLOW_DEFAULTS`: ``path`` (``control`` or ``noise``), ``sigma``, ``ot`` (minibatch-OT pairing of
         the control path), ``mmd_weight`` λ, ``mmd_scales``, sampling ``steps``/``method``, ``val_steps`` (Euler
-        steps of the validation metric), ``max_genes`` (random gene subset per training step, ``None``: all).
+        steps of the validation metric), ``max_genes`` (random gene subset per training step, ``None``: all),
+        ``prior`` (``additive`` or ``combination``), ``combination_hidden``, ``remainder_mean`` (see below).
     optim : dict
         Over :data:`OPTIM_DEFAULTS`: ``lr``, ``weight_decay``, ``scheduler`` (``cosine`` or ``none``).
     effect_prior : bool

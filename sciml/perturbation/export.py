@@ -18,7 +18,8 @@ def model_card(name: str, cfg: dict, data: dict, metrics: dict, alpha: float) ->
     sizes = {k: len(v) for k, v in data["conditions"].items()}
     lines = [f"# {name}", "", "Conditional flow-matching model (PAD-Transformer backbone) of single-cell perturbation "
              f"response: generates perturbed cells from control cells for single and double gene perturbations "
-             f"over {len(cfg['module']['genes'])} genes (log1p expression).", "", "## Data",
+             f"over {len(cfg['module']['genes'])} genes (log1p expression). Mean prior of a double: "
+             f"{(cfg['module'].get('flow') or {}).get('prior', 'additive')} (`flow.prior`).", "", "## Data",
              f"- source: `{cfg['data']['path']}` (sha256 `{data['data_sha256'][:16]}…`)",
              f"- split `{data['split']['kind']}` (seed {data['split']['seed']}): conditions per split {sizes}", "",
              "## Metrics on the test conditions (mean over conditions)"]
