@@ -207,3 +207,46 @@ def test_calibrate_bad_data(case, tiny_run, tmp_path, capsys):
     code, err = run(["calibrate", "--model", model, "--data", build(tmp_path, tiny_run)], capsys)
     assert_one_line_error(code, err, *fragments)
     assert (model / "calibrator.json").read_bytes() == before
+
+
+def _control_variant(tmp_path: Path, name: str) -> Path:
+    """A broken copy of the shipped control cells (``examples/cells/grn_control.h5ad``)."""
+    import anndata as ad
+    import numpy as np
+
+    a = ad.read_h5ad(ROOT / "examples" / "cells" / "grn_control.h5ad")
+    path = tmp_path / f"{name}.h5ad"
+    if name in ("empty", "garbage"):
+        return _touch(path, b"" if name == "empty" else bytes(range(256)) * 4)
+    if name == "wrong_label":
+        a.obs["condition"] = "ctrl_typo"
+    elif name == "nan":
+        x = np.asarray(a.X.toarray() if hasattr(a.X, "toarray") else a.X, dtype=np.float32).copy()
+        x[3, 4] = np.nan
+        a.X = x
+    elif name == "reversed_genes":
+        a = a[:, a.var_names[::-1]].copy()
+    elif name == "missing_genes":
+        a = a[:, 2:].copy()
+    a.write_h5ad(path)
+    return path
+
+
+CONTROL_CASES = {
+    "empty": "not a readable .h5ad",
+    "garbage": "not a readable .h5ad",
+    "wrong_label": "no control cells labelled 'ctrl'",
+    "nan": "NaN/inf",
+    "reversed_genes": "different order",
+    "missing_genes": "lack",
+}
+
+
+@pytest.mark.parametrize("name", CONTROL_CASES)
+def test_perturbation_predict_bad_control_cells(name, tmp_path, capsys):
+    pytest.importorskip("anndata")
+    control = _control_variant(tmp_path, name)
+    code, err = run(["perturbation", "predict", "--model", ROOT / "checkpoints" / "grn-default", "--control",
+                     control, "--perturbations", "G001", "--n-cells", "4", "--output", tmp_path / "out.h5ad"], capsys)
+    assert_one_line_error(code, err, control.name, CONTROL_CASES[name])
+    assert not (tmp_path / "out.h5ad").exists()
