@@ -43,7 +43,8 @@ def test_threshold_is_max_over_groups_and_inf_outside() -> None:
     scores = torch.arange(1, 41, dtype=torch.float64)
     members = torch.stack([scores <= 20, scores > 10], -1)
     cal = MultiGroupConformal("absolute", 0.25).fit(scores, members)
-    assert cal.group_thresholds().tolist() == [16.0, 34.0]  # k = ⌈21·0.75⌉ = 16 of 1..20; k = ⌈31·0.75⌉ = 24 of 11..40 → 34
+    # k = ⌈21·0.75⌉ = 16 of 1..20; k = ⌈31·0.75⌉ = 24 of 11..40 → 34
+    assert cal.group_thresholds().tolist() == [16.0, 34.0]
     test = torch.tensor([[True, False], [True, True], [False, False]])
     assert cal.threshold(test).tolist() == [16.0, 34.0, math.inf]
     with pytest.raises(ValueError, match="groups"):
