@@ -19,7 +19,7 @@ def plot_bands(row: dict, path: str | Path) -> Path:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from sciml.io.atomic import atomic_open
+    from sciml.io.figures import save_png
 
     kp = row["kpath"]
     x, bands, occ = np.asarray(kp["x"]), np.asarray(kp["bands_ev"]), row["n_occupied"]
@@ -50,8 +50,4 @@ def plot_bands(row: dict, path: str | Path) -> Path:
     ax.set_title(f"{Path(str(row['source'])).name}{gap}", fontsize=9)
     ax.legend(fontsize=7, loc="upper right")
     fig.tight_layout()
-    path = Path(path)
-    with atomic_open(path, "wb") as handle:
-        fig.savefig(handle, format="png", dpi=120)
-    plt.close(fig)
-    return path
+    return save_png(fig, path)

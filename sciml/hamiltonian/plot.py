@@ -17,7 +17,7 @@ def plot_levels(row: dict, path: str | Path, core_ev: float = -100.0) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from sciml.io.atomic import atomic_open
+    from sciml.io.figures import save_png
 
     eps, lo, hi = row["orbital_energies_ev"], row["lower_ev"], row["upper_ev"]
     ref = row.get("reference_orbital_energies_ev")
@@ -44,8 +44,4 @@ def plot_levels(row: dict, path: str | Path, core_ev: float = -100.0) -> Path:
     ax.set_title(f"{Path(str(row['source'])).name}" + (f"\n{100 * (1 - alpha):.0f}% intervals" if alpha else ""),
                  fontsize=9)
     fig.tight_layout()
-    path = Path(path)
-    with atomic_open(path, "wb") as handle:
-        fig.savefig(handle, format="png", dpi=120)
-    plt.close(fig)
-    return path
+    return save_png(fig, path)

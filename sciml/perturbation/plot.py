@@ -2,22 +2,11 @@
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import numpy as np
 
-from sciml.io.atomic import atomic_write_bytes
-
-
-def _save(fig, path: Path) -> Path:
-    import matplotlib.pyplot as plt
-
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    atomic_write_bytes(path, buffer.getvalue())
-    return path
+from sciml.io.figures import save_png
 
 
 def plot_cells(path: str | Path, ctrl: np.ndarray, result: dict, real: dict | None = None) -> Path:
@@ -43,7 +32,7 @@ def plot_cells(path: str | Path, ctrl: np.ndarray, result: dict, real: dict | No
     ax.set_ylabel("PC2")
     ax.legend(markerscale=3, fontsize=7)
     ax.set_title("control vs generated cells (PCA of log1p expression)")
-    return _save(fig, Path(path))
+    return save_png(fig, Path(path))
 
 
 def plot_effects(path: str | Path, result: dict, genes: list[str], top: int = 20) -> Path:
@@ -68,4 +57,4 @@ def plot_effects(path: str | Path, result: dict, genes: list[str], top: int = 20
         ax.set_title(result["conditions"][i], fontsize=9)
         ax.set_ylabel("Δ log1p")
     axes[0, 0].legend(fontsize=7)
-    return _save(fig, Path(path))
+    return save_png(fig, Path(path))
