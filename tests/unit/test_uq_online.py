@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+from sciml.testing.streams import heavy_tailed, regime_switch
 from sciml.uq import (
     ACI,
     CALIBRATORS,
@@ -22,19 +23,6 @@ torch.set_num_threads(1)
 ALPHA, TS = 0.1, (500, 2000, 5000)
 
 
-def _regime_switch(t: int, g: torch.Generator) -> torch.Tensor:
-    """|N(0, 1)| scores whose scale jumps ×10 at t/2."""
-    scale = torch.where(torch.arange(t) < t // 2, 1.0, 10.0).double()
-    return (scale * torch.randn(t, generator=g, dtype=torch.float64)).abs()
-
-
-def _heavy_tailed(t: int, g: torch.Generator) -> torch.Tensor:
-    """|Cauchy| scores (no mean), with the scale jumping ×10 every 500 steps on odd blocks."""
-    u = torch.rand(t, generator=g, dtype=torch.float64)
-    scale = 1.0 + 9.0 * ((torch.arange(t) // 500) % 2).double()
-    return (scale * torch.tan(math.pi * (u - 0.5))).abs()
-
-
 def _run_aci(aci: ACI, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Predict with q_t, reveal s_t, update; return covered (T,) and the path α_1..α_{T+1}."""
     covered, alphas = [], [float(aci.alpha_t)]
@@ -46,7 +34,7 @@ def _run_aci(aci: ACI, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
     return torch.tensor(covered), torch.tensor(alphas, dtype=torch.float64)
 
 
-@pytest.mark.parametrize("stream", [_regime_switch, _heavy_tailed])
+@pytest.mark.parametrize("stream", [regime_switch, heavy_tailed])
 @pytest.mark.parametrize("gamma", [0.01, 0.05])
 def test_aci_long_run_bound(stream, gamma: float) -> None:
     """Gibbs & Candès Prop. 4.1: |mean err - α| <= (max(α_1, 1-α_1) + γ)/(γT), several T; Lemma 4.1."""
@@ -67,7 +55,7 @@ def test_static_threshold_fails_on_the_switch() -> None:
     g = torch.Generator().manual_seed(10)
     q = SplitConformal("absolute", ALPHA).fit(torch.randn(100, generator=g).double().abs()).threshold()
     t = TS[-1]
-    miscoverage = (_regime_switch(t, g) > q).double().mean().item()  # ~ 0.05 + 0.5 * 0.87
+    miscoverage = (regime_switch(t, g) > q).double().mean().item()  # ~ 0.05 + 0.5 * 0.87
     assert abs(miscoverage - ALPHA) > 10 * (max(ALPHA, 1 - ALPHA) + 0.01) / (0.01 * t)
 
 

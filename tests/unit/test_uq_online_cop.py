@@ -3,33 +3,15 @@
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
 import torch
 
+from sciml.testing.streams import drift, heavy_tailed, regime_switch
 from sciml.uq import COP, UPOCP, calibrator_from_dict, cop_bound
 
 torch.set_num_threads(1)
 ALPHA, TS = 0.1, (500, 2000, 5000)
-
-
-def regime_switch(t: int, g: torch.Generator) -> torch.Tensor:
-    """|N(0, 1)| scores, scale ×10 from t/2 on."""
-    scale = torch.where(torch.arange(t) < t // 2, 1.0, 10.0).double()
-    return (scale * torch.randn(t, generator=g, dtype=torch.float64)).abs()
-
-
-def drift(t: int, g: torch.Generator) -> torch.Tensor:
-    """|N(0, σ_t²)| with σ_t growing linearly from 1 to 5."""
-    return ((1 + 4 * torch.arange(t) / t) * torch.randn(t, generator=g, dtype=torch.float64)).abs()
-
-
-def heavy_tailed(t: int, g: torch.Generator) -> torch.Tensor:
-    """|Cauchy| scores with the scale ×10 on every other block of 500 steps."""
-    u = torch.rand(t, generator=g, dtype=torch.float64)
-    scale = 1.0 + 9.0 * ((torch.arange(t) // 500) % 2).double()
-    return (scale * torch.tan(math.pi * (u - 0.5))).abs()
 
 
 def _run(cal, scores: torch.Tensor) -> tuple[float, list[float]]:
