@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+from sciml.testing.streams import heavy_tailed, regime_switch
 from sciml.uq import (
     CALIBRATORS,
     SFOGD,
@@ -17,7 +18,7 @@ from sciml.uq import (
     pid_bound,
     sf_ogd_bound,
 )
-from tests.unit.test_uq_online import _bounded, _heavy_tailed, _regime_switch
+from tests.unit.test_uq_online import _bounded
 
 torch.set_num_threads(1)
 ALPHA, TS = 0.1, (500, 2000, 5000)
@@ -34,7 +35,7 @@ def _run(cal, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.tensor(err, dtype=torch.float64), torch.tensor(qs, dtype=torch.float64)
 
 
-@pytest.mark.parametrize("stream", [_regime_switch, _heavy_tailed])
+@pytest.mark.parametrize("stream", [regime_switch, heavy_tailed])
 @pytest.mark.parametrize(("c_sat", "k_i", "window"), [(0.1, 1.0, None), (0.3, 5.0, 50)])
 def test_pid_long_run_bound_on_any_stream(stream, c_sat: float, k_i: float, window: int | None) -> None:
     """|mean err - α| <= (H_T + max(α, 1-α))/T for unbounded scores (×10 jumps, |Cauchy|), several T."""
@@ -50,7 +51,7 @@ def test_pid_long_run_bound_on_any_stream(stream, c_sat: float, k_i: float, wind
 def test_integrator_rescues_a_slow_tracker() -> None:
     """Negative control: P alone with a small step misses the PID bound after the ×10 jump; P + I meets it."""
     g = torch.Generator().manual_seed(11)
-    scores, t = _regime_switch(2000, g), 2000
+    scores, t = regime_switch(2000, g), 2000
     p_only, _ = _run(ConformalPID(lr=0.01, q0=1.0, k_i=0.0), scores)
     pid, _ = _run(ConformalPID(lr=0.01, q0=1.0, k_i=1.0, c_sat=0.1), scores)
     bound = pid_bound(t, ALPHA, 0.1)
@@ -60,7 +61,7 @@ def test_integrator_rescues_a_slow_tracker() -> None:
 
 def test_p_part_is_quantile_tracking() -> None:
     """K_I = 0 without window or scorecaster reproduces QuantileTracker threshold for threshold."""
-    scores = _heavy_tailed(800, torch.Generator().manual_seed(2))
+    scores = heavy_tailed(800, torch.Generator().manual_seed(2))
     _, q_pid = _run(ConformalPID(lr=0.2, q0=0.5, k_i=0.0), scores)
     _, q_qt = _run(QuantileTracker(lr=0.2, q0=0.5), scores)
     assert torch.equal(q_pid, q_qt)
@@ -109,7 +110,7 @@ def test_scorecaster_hook_and_adversarial_forecasts() -> None:
     g = torch.Generator().manual_seed(4)
     for t in TS:
         pid = ConformalPID(lr=0.05, k_i=1.0, c_sat=0.1, window=20, scorecaster=adversary)
-        err, _ = _run(pid, _regime_switch(t, g))
+        err, _ = _run(pid, regime_switch(t, g))
         assert abs(err.mean().item() - ALPHA) <= pid_bound(t, ALPHA, 0.1)
     with pytest.raises(ValueError, match="scorecast"):
         ConformalPID(window=2, scorecaster=lambda r: math.nan).update(1.0)
@@ -123,7 +124,7 @@ def test_sf_ogd_long_run_bound(stream: str, lr_over_b: float) -> None:
     """Scores in [0, B], q_1 ∈ [0, B]: |mean err - α| <= (B + η/|g_1|)(2√G_T - |g_1|)/(ηT), several T."""
     g = torch.Generator().manual_seed(int(10 * lr_over_b) + len(stream))
     for t in TS:
-        scores = {"bounded": _bounded, "switch": _regime_switch, "heavy": _heavy_tailed}[stream]
+        scores = {"bounded": _bounded, "switch": regime_switch, "heavy": heavy_tailed}[stream]
         scores = scores(t) if stream == "bounded" else scores(t, g)
         b = scores.max().item()  # the bound is pathwise: B = max of the realised stream
         cal = SFOGD("absolute", ALPHA, lr=lr_over_b * b, q0=0.0)
@@ -141,7 +142,7 @@ def test_sf_ogd_long_run_bound(stream: str, lr_over_b: float) -> None:
 
 def test_sf_ogd_is_scale_free() -> None:
     """Scaling scores, η and q_1 by 8 (exact in binary) scales every threshold by 8 and keeps every error."""
-    scores = _heavy_tailed(1000, torch.Generator().manual_seed(6))
+    scores = heavy_tailed(1000, torch.Generator().manual_seed(6))
     err, qs = _run(SFOGD(lr=2.0, q0=1.0), scores)
     err8, qs8 = _run(SFOGD(lr=16.0, q0=8.0), 8 * scores)
     assert torch.equal(err, err8) and torch.equal(8 * qs, qs8)
@@ -152,7 +153,7 @@ def test_sf_ogd_is_scale_free() -> None:
 @pytest.mark.parametrize("kind", ["pid", "pid_scorecaster", "sf_ogd"])
 def test_round_trips_mid_stream(kind: str) -> None:
     """to_dict -> JSON -> from_dict and state_dict restore a running calibrator exactly."""
-    scores = _heavy_tailed(80, torch.Generator().manual_seed(3)).tolist()
+    scores = heavy_tailed(80, torch.Generator().manual_seed(3)).tolist()
 
     def mean_caster(recent: torch.Tensor) -> float:
         return recent.mean().item()
