@@ -108,9 +108,18 @@ def prepare_state_load(
     if isinstance(scores, Tensor) and (scores.dim() != 1 or not torch.isfinite(scores).all()):
         error_msgs.append(f"{prefix}{checked} must be a 1-D tensor of finite scores")
         return False
+    resize_buffers(module, state_dict, prefix, names)
+    return True
+
+
+def resize_buffers(module: nn.Module, state_dict: Mapping[str, Any], prefix: str, names: tuple[str, ...]) -> None:
+    """Give the buffers ``names`` of ``module`` the shape and dtype of the incoming entries (same device).
+
+    Calibrator state grows with the data (scores, memberships), so the default strict copy of
+    ``_load_from_state_dict`` needs buffers of the incoming shape first. Missing entries are left alone.
+    """
     for name in names:
         incoming = state_dict.get(prefix + name)
         if isinstance(incoming, Tensor):
             device = getattr(module, name).device
             setattr(module, name, torch.empty(incoming.shape, dtype=incoming.dtype, device=device))
-    return True

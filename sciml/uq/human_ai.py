@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_calibrator_dict, check_scores, finite_real, float_list, positive_real
+from ._checks import check_calibrator_dict, check_scores, finite_real, float_list, positive_real, resize_buffers
 from .online import step_score
 from .quantile import check_alpha, conformal_quantile
 from .sets import LabelSet
@@ -116,10 +116,7 @@ class HumanAIConformal(nn.Module):
         return self.predict_set(all_scores, human)
 
     def _load_from_state_dict(self, state_dict, prefix, *args) -> None:
-        for name in ("scores_in", "scores_out"):
-            incoming = state_dict.get(prefix + name)
-            if isinstance(incoming, Tensor):
-                setattr(self, name, torch.empty(incoming.shape, dtype=incoming.dtype))
+        resize_buffers(self, state_dict, prefix, ("scores_in", "scores_out"))
         super()._load_from_state_dict(state_dict, prefix, *args)
 
     def to_dict(self) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_calibrator_dict, check_scores, float_list, is_int
+from ._checks import check_calibrator_dict, check_scores, float_list, is_int, resize_buffers
 from .quantile import check_alpha, conformal_quantile
 from .scores import get_score
 from .sets import PredictionSet
@@ -98,10 +98,7 @@ class MultiGroupConformal(nn.Module):
         return self.score_fn.predict_set(pred, self.threshold(members, alpha).to(pred.dtype), sigma)
 
     def _load_from_state_dict(self, state_dict, prefix, *args) -> None:
-        for name in ("scores", "members"):
-            incoming = state_dict.get(prefix + name)
-            if isinstance(incoming, Tensor):
-                setattr(self, name, torch.empty(incoming.shape, dtype=incoming.dtype))
+        resize_buffers(self, state_dict, prefix, ("scores", "members"))
         super()._load_from_state_dict(state_dict, prefix, *args)
 
     def to_dict(self) -> dict[str, Any]:
