@@ -54,11 +54,11 @@ def export(ckpt: str | Path, output: str | Path, calibrate: bool = True, alpha: 
     if cfg.get("task") == "hamiltonian":
         from sciml.hamiltonian.export import export_hamiltonian
 
-        return export_hamiltonian(ckpt, output, cfg, calibrate, alpha, score)
+        return export_hamiltonian(ckpt, state, output, cfg, calibrate, alpha, score)
     if cfg.get("task") == "perturbation":  # effect bands over conditions
         from sciml.perturbation.export import export_perturbation
 
-        return export_perturbation(ckpt, output, cfg, calibrate=calibrate, alpha=alpha)
+        return export_perturbation(ckpt, state, output, cfg, calibrate=calibrate, alpha=alpha)
     if cfg.get("task") != "crystal":
         raise ValueError(f"export supports task 'crystal' for now, config says {cfg.get('task')!r}")
     hparams = dict(state["hyper_parameters"])

@@ -15,7 +15,6 @@ import torch
 
 from sciml.hamiltonian.loss import gauge_shift, matrix_mae, orbital_energies
 from sciml.io.artifact import save_artifact
-from sciml.io.checkpoint import load_lightning_checkpoint
 from sciml.models.hamiltonian import HARTREE_TO_MEV, HamiltonianModule
 from sciml.uq import SplitConformal, coverage, mean_width
 
@@ -110,12 +109,11 @@ def model_card(name: str, cfg: dict, metrics: dict, sizes: dict) -> str:
         "- Intervals are split-conformal over orbitals of exchangeable structures (marginal over orbitals).", ""])
 
 
-def export_hamiltonian(ckpt: str | Path, output: str | Path, cfg: dict, calibrate_: bool = True,
+def export_hamiltonian(ckpt: str | Path, state: dict, output: str | Path, cfg: dict, calibrate_: bool = True,
                        alpha: float = 0.1, score: str | None = None) -> dict:
-    """Export the checkpoint ``ckpt`` of a Hamiltonian run to the artifact folder ``output``."""
+    """Export the checkpoint ``ckpt`` (already loaded as ``state``) of a Hamiltonian run to ``output``."""
     from sciml.tasks import DATAMODULES
 
-    state = load_lightning_checkpoint(Path(ckpt))
     hparams = dict(state["hyper_parameters"])
     module = HamiltonianModule(**hparams)
     module.load_state_dict(state["state_dict"], strict=True)

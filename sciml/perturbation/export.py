@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from sciml.io.artifact import save_artifact
-from sciml.io.checkpoint import load_lightning_checkpoint
 from sciml.models.perturbation import PerturbationFlow
 from sciml.perturbation.evaluate import band_metrics, effects, split_predictions
 from sciml.perturbation.uncertainty import EffectBands
@@ -40,14 +39,13 @@ def model_card(name: str, cfg: dict, data: dict, metrics: dict, alpha: float) ->
     return "\n".join(lines)
 
 
-def export_perturbation(ckpt: str | Path, output: str | Path, cfg: dict, calibrate: bool = True, alpha: float = 0.1,
-                        n_cells: int = 128, seed: int = 0) -> dict:
-    """Export ``ckpt`` (trained with ``cfg``) to ``output``; return the metrics measured on the test conditions."""
+def export_perturbation(ckpt: str | Path, state: dict, output: str | Path, cfg: dict, calibrate: bool = True,
+                        alpha: float = 0.1, n_cells: int = 128, seed: int = 0) -> dict:
+    """Export ``ckpt`` (already loaded as ``state``, trained with ``cfg``) to ``output``; return test metrics."""
     from sciml.cells.metrics import evaluate
     from sciml.tasks import DATAMODULES
 
     ckpt = Path(ckpt)
-    state = load_lightning_checkpoint(ckpt)
     hparams = dict(state["hyper_parameters"])
     module = PerturbationFlow(**hparams)
     module.load_state_dict(state["state_dict"], strict=True)
