@@ -7,7 +7,6 @@ cell types is two conditions, each paired with the control cells of its own type
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import numpy as np
 
 from sciml.cells.anndata_io import DataError, check_conditions, check_gene_order, log_expression, read_h5ad
 from sciml.cells.conditions import MAX_GENES, canonical_label, parse_condition
+from sciml.io.checksum import sha256_file
 
 CELL_TYPE_SEP = "@"
 
@@ -114,7 +114,7 @@ def load_table(path: str | Path, condition_key: str = "condition", control_label
     for ct in sorted(set(cell_type.values())):
         if make_key("ctrl", ct) not in perturbation:
             raise DataError(f"{source}: cell type {ct!r} has no control cells; drop it with data.subset")
-    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    digest = sha256_file(path)
     return CellTable(x=x, var_names=var_names, keys=keys, perturbation=perturbation, cell_type=cell_type,
                      source=source, sha256=digest)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from pathlib import Path
 from types import SimpleNamespace
@@ -16,6 +15,7 @@ from sciml.data.base import SplitDataModule
 from sciml.data.graphs import GraphSettings, structure_to_graph
 from sciml.data.sources import read_labelled
 from sciml.data.splits import SPLIT_NAMES, random_split, write_split
+from sciml.io.checksum import sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +24,7 @@ def file_sha256(path: str | Path) -> str:
     """Hex SHA-256 of a file, or of ``id_prop.csv`` for a folder (the data hash stored in artifacts)."""
     path = Path(path)
     target = path / "id_prop.csv" if path.is_dir() else path
-    return hashlib.sha256(target.read_bytes()).hexdigest()
+    return sha256_file(target)
 
 
 class CrystalDataModule(SplitDataModule):

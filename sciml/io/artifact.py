@@ -6,7 +6,6 @@ every failure is an :class:`ArtifactError` with a one-line message naming the fi
 
 from __future__ import annotations
 
-import hashlib
 import json
 import platform
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ import torch
 import yaml
 
 from sciml.io.atomic import atomic_directory
+from sciml.io.checksum import sha256_file
 
 FORMAT_VERSION = 1
 FILES = ("config.yaml", "weights.safetensors", "metadata.json", "calibrator.json", "README.md")
@@ -47,10 +47,6 @@ def versions() -> dict[str, str]:
             "e3nn": e3nn.__version__, "python": platform.python_version()}
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def save_artifact(path: str | Path, *, config: dict, state_dict: dict[str, torch.Tensor], metadata: dict,
                   calibrator: dict | None, card: str) -> Path:
     """Write an artifact folder atomically (an existing folder is replaced only once the new one is complete)."""
@@ -61,7 +57,7 @@ def save_artifact(path: str | Path, *, config: dict, state_dict: dict[str, torch
         tensors = {k: v.detach().cpu().contiguous().clone() for k, v in state_dict.items()}
         save_file(tensors, str(tmp / "weights.safetensors"))
         meta = {"format_version": FORMAT_VERSION, "versions": versions(), **metadata,
-                "weights_sha256": _sha256(tmp / "weights.safetensors")}
+                "weights_sha256": sha256_file(tmp / "weights.safetensors")}
         (tmp / "metadata.json").write_text(json.dumps(meta, indent=1))
         (tmp / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
         (tmp / "calibrator.json").write_text(json.dumps(calibrator))
@@ -103,7 +99,7 @@ def load_artifact(path: str | Path) -> Artifact:
         raise ArtifactError(f"{path / 'metadata.json'}: format_version {found!r} is not supported by this "
                             f"sciml (expects {FORMAT_VERSION}); re-export with this version")
     weights = path / "weights.safetensors"
-    if metadata.get("weights_sha256") != _sha256(weights):
+    if metadata.get("weights_sha256") != sha256_file(weights):
         raise ArtifactError(f"{weights}: checksum does not match metadata.json (corrupted or truncated file); "
                             "restore or re-export the model")
     try:
