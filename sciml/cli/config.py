@@ -46,3 +46,9 @@ def apply_overrides(cfg: dict, tokens: list[str]) -> dict:
                 raise ValueError(f"override --{key}: {part!r} is not a section of the config")
         node[leaf] = yaml.safe_load(raw)
     return cfg
+
+
+def check_alpha_arg(alpha: float | None) -> None:
+    """Raise ``ValueError`` naming ``--alpha`` unless it is None or in the open interval (0, 1)."""
+    if alpha is not None and not 0 < alpha < 1:
+        raise ValueError(f"--alpha must lie in (0, 1), got {alpha}")

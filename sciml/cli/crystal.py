@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from sciml.cli.config import check_alpha_arg
+
 
 def add_parser(sub, name: str) -> None:
     """Register ``crystal`` and its sub-verb ``predict``."""
@@ -30,8 +32,7 @@ def run_predict(args, overrides: list[str]) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    if not 0 < args.alpha < 1:
-        raise ValueError(f"--alpha must lie in (0, 1), got {args.alpha}")
+    check_alpha_arg(args.alpha)
     predictor = load_model(args.model or DEFAULT_MODEL)
     rows = iter_prediction_rows(args.inputs, predictor, args.alpha, args.batch_size, progress=True)
     head, n_rows, n_errors = write_rows(rows, predictor, args.output)

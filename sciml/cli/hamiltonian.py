@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import sys
 
+from sciml.cli.config import check_alpha_arg
+
 
 def add_parser(sub, name: str) -> None:
     """Register ``hamiltonian`` and its sub-verb ``predict``."""
@@ -72,8 +74,7 @@ def run_predict(args, overrides: list[str]) -> int:
     from sciml.hamiltonian.predict import DEFAULT_MODEL, load_model, predict_files
 
     torch.set_num_threads(args.threads)
-    if not 0 < args.alpha < 1:
-        raise ValueError(f"--alpha must lie in (0, 1), got {args.alpha}")
+    check_alpha_arg(args.alpha)
     if args.reference is not None and len(args.reference) != len(args.inputs):
         raise ValueError(f"--reference needs one file per input ({len(args.inputs)}), got {len(args.reference)}")
     from sciml.io.artifact import load_artifact

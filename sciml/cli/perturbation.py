@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from sciml.cli.config import check_alpha_arg
+
 
 def add_parser(sub, name: str) -> None:
     """Register ``perturbation`` and its sub-verb ``predict``."""
@@ -32,8 +34,7 @@ def add_parser(sub, name: str) -> None:
 def _check_args(args) -> None:
     if args.n_cells < 1:
         raise ValueError(f"--n-cells must be >= 1, got {args.n_cells}")
-    if args.alpha is not None and not 0 < args.alpha < 1:
-        raise ValueError(f"--alpha must lie in (0, 1), got {args.alpha}")
+    check_alpha_arg(args.alpha)
     if args.steps is not None and args.steps < 1:
         raise ValueError(f"--steps must be >= 1, got {args.steps}")
     if not str(args.output).endswith(".h5ad"):
