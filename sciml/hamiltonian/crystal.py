@@ -5,8 +5,8 @@ A crystal's items are its DeepH blocks: on-site blocks ``(R = 0, i, i)`` are nod
 :class:`~sciml.nn.hamiltonian.ridge.TensorProductRidge` model (E(3)-equivariant, fitted in closed form) predicts
 ``ΔH(R) = H(R) − H0(R)`` block by block; blocks are symmetrised with their partners,
 ``H_ij(R) = ½ (B_ij(R) + B_ji(−R)ᵀ)``, and band energies come from Bloch sums
-(:func:`sciml.hamiltonian.periodic.structure_bands`). The equivariant network and the band-energy loss are not
-trained on crystals yet (few periodic structures exist); this module is the end-to-end periodic path.
+(:func:`sciml.hamiltonian.periodic.structure_bands`). The equivariant network trained with a band-energy loss on
+top of this ridge lives in :mod:`sciml.hamiltonian.crystal_net` and :mod:`sciml.hamiltonian.crystal_train`.
 """
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ def crystal_items(s: HamiltonianStructure, layout: OrbitalLayout, node_basis, ed
     return out
 
 
-def _concat(items: list[dict]) -> dict:
+def concat_items(items: list[dict]) -> dict:
+    """Items of several crystals as one disjoint graph (node indices of ``edge_index`` shifted)."""
     starts = np.cumsum([0] + [len(it["node_type"]) for it in items[:-1]])
     out = {k: torch.cat([it[k] for it in items]) for k in ("vec", "node_type", "edge_type", "x_node", "x_edge",
                                                            "h_node", "h_edge") if k in items[0]}
@@ -65,7 +66,7 @@ def fit_crystal_ridge(structures, layout: OrbitalLayout, settings: dict | None =
     """Fit the closed-form model on crystals; return ``(ridge, node_basis, edge_basis)``."""
     settings = CRYSTAL_RIDGE | (settings or {})
     nb, eb = bases(layout)
-    b = _concat([crystal_items(s, layout, nb, eb) for s in structures])
+    b = concat_items([crystal_items(s, layout, nb, eb) for s in structures])
     ridge = TensorProductRidge(str(nb.irreps), str(eb.irreps), len(nb.pairs), len(eb.pairs),
                                **{k: settings[k] for k in ("lmax", "centres", "width", "two_hop") if k in settings})
     masks = (torch.stack([nb.mask(*p) for p in nb.pairs]), torch.stack([eb.mask(*p) for p in eb.pairs]))
@@ -80,11 +81,20 @@ def predict_crystal(ridge: TensorProductRidge, s: HamiltonianStructure, layout: 
     """A copy of ``s`` whose ``H`` blocks are predicted (``H0 + ΔH``, symmetrised); ``H0`` and ``S`` kept."""
     it = crystal_items(s, layout, nb, eb)
     dn, de = ridge(it["x_node"], it["x_edge"], it["vec"], it["edge_index"], it["node_type"], it["edge_type"])
+    return structure_from_irreps(s, it, it["x_node"] + dn, it["x_edge"] + de, nb, eb)
+
+
+def structure_from_irreps(s: HamiltonianStructure, it: dict, h_node, h_edge, nb, eb) -> HamiltonianStructure:
+    """A copy of ``s`` with ``H`` from predicted irreps (Hartree) of the items ``it`` of :func:`crystal_items`.
+
+    ``h_node (N, Dn)`` in atom order, ``h_edge (E, De)`` in ``it["edge_keys"]`` order; blocks are symmetrised
+    with their partners, ``H_ij(R) = ½ (B_ij(R) + B_ji(−R)ᵀ)`` (a block without a partner is kept as is).
+    """
     z = [int(v) for v in s.numbers]
     raw = {}
-    for k, x in zip(sorted(it["node_keys"], key=lambda k: k[3]), it["x_node"] + dn, strict=True):
+    for k, x in zip(sorted(it["node_keys"], key=lambda k: k[3]), h_node.detach(), strict=True):
         raw[k] = nb.to_blocks(x, z[k[3]], z[k[4]]).numpy()
-    for k, x in zip(it["edge_keys"], it["x_edge"] + de, strict=True):
+    for k, x in zip(it["edge_keys"], h_edge.detach(), strict=True):
         raw[k] = eb.to_blocks(x, z[k[3]], z[k[4]]).numpy()
     sym = {}
     for (rx, ry, rz, i, j), block in raw.items():
