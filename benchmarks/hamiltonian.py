@@ -8,7 +8,9 @@ matrix entries (µHa), the gauge-corrected MAE (refs/HAMILTONIAN.md), occupied o
 HOMO–LUMO gap MAE (meV), occupied-orbital cosine similarity (%), and for our model the coverage / width of 90%
 split-conformal intervals on orbital energies (calibrated on the calib split). Speed: model inference per
 molecule vs a pyscf SCF of the same molecules, timed in this run (plus the pyscf H0/S build that prediction
-needs).
+needs). Crystals (``--only-crystals`` for this part alone): leave-one-out over the DeepH Si/C folders, the
+closed-form ridge vs ridge + equivariant network (with / without the band-energy loss, and with a cross-fitted
+ridge base) vs H0: occupied-band MAE (meV) against pyscf and H MAE (µHa).
 Writes ``benchmarks/results/hamiltonian.json``.
 
 Usage::
@@ -147,27 +149,70 @@ def molecule(config: str, epochs: int, out: Path, variants, alpha: float, main_r
     return results
 
 
-def crystals(root: Path) -> dict:
-    """Leave-one-out over the periodic DeepH folders under ``root`` (per element): closed-form model vs H0."""
+#: crystal network variants of the leave-one-out: (loss overrides, train overrides)
+CRYSTAL_VARIANTS = {"ridge_net_band_loss": ({}, {}), "ridge_net_no_band_loss": ({"eig": 0.0}, {}),
+                    "ridge_net_band_loss_cross_fit": ({}, {"cross_fit": True})}
+
+
+def crystals(root: Path, network: bool = True, steps: int | None = None) -> dict:
+    """Leave-one-out over the periodic DeepH folders under ``root`` (per element).
+
+    Per held-out crystal: the closed-form ridge, ridge + equivariant network trained with and without the
+    band-energy loss (and with the cross-fitted ridge base), and H0 itself; H MAE (µHa) and occupied-band MAE
+    (meV) against pyscf at the generator's off-mesh check k-points.
+    """
     from sciml.hamiltonian.crystal import CRYSTAL_RIDGE, crystal_errors, fit_crystal_ridge, predict_crystal
+    from sciml.hamiltonian.crystal_net import CRYSTAL_NET, predict_crystal_net
+    from sciml.hamiltonian.crystal_train import CRYSTAL_LOSS, CRYSTAL_TRAIN, fit_crystal_net
     from sciml.hamiltonian.deeph import read_deeph_tree
     from sciml.hamiltonian.orbitals import OrbitalLayout
 
     groups = {p.name: read_deeph_tree(p) for p in sorted(root.iterdir()) if p.is_dir()}
     layout = OrbitalLayout({z: ls for _, lay in groups.values() for z, ls in lay.shells.items()})
     structures = [s for sts, _ in groups.values() for s in sts]
+    train = CRYSTAL_TRAIN | ({"steps": steps} if steps else {})
     rows = []
     for k, held in enumerate(structures):
-        ridge, nb, eb = fit_crystal_ridge([s for m, s in enumerate(structures) if m != k], layout)
-        rows.append({"name": held.meta.get("name"), "index": held.meta.get("index"),
-                     **crystal_errors(predict_crystal(ridge, held, layout, nb, eb), held, layout)})
-        print("crystal", json.dumps(rows[-1]), flush=True)
-    out = {"settings": CRYSTAL_RIDGE, "per_structure": rows, "data": str(root)}
+        rest = [s for m, s in enumerate(structures) if m != k]
+        ridge, nb, eb = fit_crystal_ridge(rest, layout)
+        e = crystal_errors(predict_crystal(ridge, held, layout, nb, eb), held, layout)
+        row = {"name": held.meta.get("name"), "index": held.meta.get("index"),
+               "h0": {"h_mae_microhartree": e["h0_mae_microhartree"],
+                      "occupied_band_mae_mev": e["h0_occupied_band_mae_mev"]},
+               "reference_h_occupied_band_mae_mev": e["reference_h_occupied_band_mae_mev"],
+               "ridge": {"h_mae_microhartree": e["h_mae_microhartree"],
+                         "occupied_band_mae_mev": e["model_occupied_band_mae_mev"]}}
+        for name, (loss, extra) in (CRYSTAL_VARIANTS.items() if network else ()):
+            model, hist = fit_crystal_net(rest, layout, loss=loss, train=train | extra)
+            e = crystal_errors(predict_crystal_net(model, held), held, layout)
+            row[name] = {"h_mae_microhartree": e["h_mae_microhartree"],
+                         "occupied_band_mae_mev": e["model_occupied_band_mae_mev"], "train_seconds": hist["seconds"],
+                         "train_loss_first_best": [hist["loss"][0], hist["best_loss"]]}
+        rows.append(row)
+        print("crystal", json.dumps(row), flush=True)
+    out = {"settings": {"ridge": CRYSTAL_RIDGE, "network": CRYSTAL_NET, "loss": CRYSTAL_LOSS, "train": train,
+                        "variants": {n: {"loss": v[0], "train": v[1]} for n, v in CRYSTAL_VARIANTS.items()}},
+           "per_structure": rows, "data": str(root)}
+    models = [m for m in rows[0] if isinstance(rows[0][m], dict)]
     for name in groups:
         sel = [r for r in rows if r["name"] == name]
-        out[name] = {k: float(np.mean([r[k] for r in sel])) for k in sel[0] if k not in ("name", "index")}
+        out[name] = {m: {key: float(np.mean([r[m][key] for r in sel])) for key in ("h_mae_microhartree",
+                                                                                  "occupied_band_mae_mev")}
+                     for m in models}
+        out[name]["reference_h_occupied_band_mae_mev"] = float(np.mean([r["reference_h_occupied_band_mae_mev"]
+                                                                        for r in sel]))
         out[name]["n_structures"] = len(sel)
     return out
+
+
+def print_crystals(res: dict) -> None:
+    """One row per element and model: occupied-band MAE (meV) and H MAE (µHa), leave-one-out means."""
+    for name, row in res.items():
+        if isinstance(row, dict) and "n_structures" in row:
+            for m, v in row.items():
+                if isinstance(v, dict):
+                    print(f"{name:3} {m:32} band {v['occupied_band_mae_mev']:9.2f} meV   "
+                          f"H {v['h_mae_microhartree']:9.3f} µHa")
 
 
 def main() -> None:
@@ -183,6 +228,8 @@ def main() -> None:
     p.add_argument("--crystals", default=str(ROOT / "runs" / "hamiltonian_data" / "crystals" / "deeph"),
                    help="per-element DeepH crystal folders (sciml data hamiltonian --crystal); skipped if absent")
     p.add_argument("--only-crystals", action="store_true", help="run the crystal part only, merging into --output")
+    p.add_argument("--no-crystal-network", action="store_true", help="crystals: closed-form ridge and H0 only")
+    p.add_argument("--crystal-steps", type=int, default=None, help="crystals: network training steps (default 300)")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "runs"))
     p.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "hamiltonian.json"))
     args = p.parse_args()
@@ -190,8 +237,9 @@ def main() -> None:
     out = Path(args.out)
     if args.only_crystals:
         res = json.loads(Path(args.output).read_text())
-        res["crystals"] = crystals(Path(args.crystals))
+        res["crystals"] = crystals(Path(args.crystals), not args.no_crystal_network, args.crystal_steps)
         atomic_write_text(args.output, json.dumps(res, indent=1))
+        print_crystals(res["crystals"])
         print(f"wrote {args.output}")
         return
     res = {"settings": vars(args) | {"torch_threads": args.threads}}
@@ -210,7 +258,7 @@ def main() -> None:
                                                                   + speed["h0_and_overlap_seconds"])
         res[mol]["speed"] = speed
     if Path(args.crystals).is_dir():
-        res["crystals"] = crystals(Path(args.crystals))
+        res["crystals"] = crystals(Path(args.crystals), not args.no_crystal_network, args.crystal_steps)
     atomic_write_text(args.output, json.dumps(res, indent=1))
     print_table(res)
     print(f"wrote {args.output}")

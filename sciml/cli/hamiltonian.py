@@ -1,6 +1,7 @@
 """``sciml hamiltonian predict --model DIR FILE.xyz... --output DIR [--alpha A] [--reference H.npy] [--plot]``.
 
-Also ``sciml hamiltonian fit-crystal DATA --output MODEL`` (closed-form crystal model, leave-one-out conformal
+Also ``sciml hamiltonian fit-crystal DATA --output MODEL [--network --steps N]`` (closed-form crystal model, with
+``--network`` plus an equivariant network residual trained with a band-energy loss; leave-one-out conformal
 band intervals) and, with such a model, ``sciml hamiltonian predict --model MODEL CRYSTAL... --output DIR
 [--kpath N] [--reference DEEPH_FOLDER...] [--plot]``: structure files (CIF, POSCAR; pyscf.pbc builds H0 and S) or
 DeepH folders carrying H0 and S.
@@ -36,6 +37,12 @@ def add_parser(sub, name: str) -> None:
     c.add_argument("--output", required=True, help="artifact folder to write")
     c.add_argument("--lam", type=float, default=1e-6, help="ridge penalty")
     c.add_argument("--no-calibrate", action="store_true", help="skip the leave-one-out conformal band calibration")
+    c.add_argument("--network", action="store_true",
+                   help="also train the equivariant network residual with the band-energy loss (calibration then "
+                        "retrains it per leave-one-out fold)")
+    c.add_argument("--steps", type=int, default=300, help="--network: full-batch AdamW steps")
+    c.add_argument("--band-weight", type=float, default=1.0, help="--network: weight of the band-energy loss term")
+    c.add_argument("--seed", type=int, default=0, help="--network: seed of the initialisation")
     c.set_defaults(run=run_fit_crystal)
 
 
@@ -44,10 +51,15 @@ def run_fit_crystal(args, overrides: list[str]) -> int:
     from sciml.hamiltonian.crystal import read_crystals
     from sciml.hamiltonian.crystal_model import fit_and_save
 
+    if args.steps < 1 or args.band_weight < 0:
+        raise ValueError(f"--steps must be >= 1 and --band-weight >= 0, got {args.steps} and {args.band_weight}")
     structures, layout = read_crystals(args.data)
-    info = fit_and_save(structures, layout, args.output, args.lam, calibrate=not args.no_calibrate)
+    network = ({"loss": {"eig": args.band_weight}, "train": {"steps": args.steps, "seed": args.seed}}
+               if args.network else None)
+    info = fit_and_save(structures, layout, args.output, args.lam, calibrate=not args.no_calibrate, network=network)
     cal = "with leave-one-out band calibration" if info["calibrated"] else "no calibration"
-    print(f"fitted on {len(structures)} crystals ({cal}); wrote {args.output}", file=sys.stderr)
+    kind = "ridge + network" if args.network else "closed-form ridge"
+    print(f"fitted {kind} on {len(structures)} crystals ({cal}); wrote {args.output}", file=sys.stderr)
     return 0
 
 

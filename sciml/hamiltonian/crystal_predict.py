@@ -2,7 +2,8 @@
 
 Per input: read the structure (:func:`sciml.data.structures.read_structure`), build H0(R) and S(R) with
 pyscf.pbc at the model's stored generator settings (:func:`sciml.hamiltonian.gen_crystal.crystal_zeroth_step`;
-DeepH folders already carry them), predict H(R) (:func:`sciml.hamiltonian.crystal.predict_crystal`), and write
+DeepH folders already carry them), predict H(R) (the ridge, plus the network residual when the artifact has one:
+:meth:`sciml.hamiltonian.crystal_model.CrystalModel.predict`), and write
 ``<output>/<name>/deeph/`` plus ``bands.json``: band energies (eV) along the high-symmetry k-path of the lattice
 (pymatgen ``HighSymmKpath``, Setyawan–Curtarolo) and on the Γ-centred mesh, the valence-band maximum (VBM,
 "HOMO"), conduction-band minimum (CBM, "LUMO") and gap, with per-band conformal intervals
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sciml.hamiltonian.crystal import crystal_errors, predict_crystal
+from sciml.hamiltonian.crystal import crystal_errors
 from sciml.hamiltonian.crystal_model import CrystalModel, band_radius, load_crystal_model
 from sciml.hamiltonian.periodic import mesh_kpoints, structure_bands
 from sciml.hamiltonian.structure import HamiltonianStructure
@@ -109,8 +110,7 @@ def predict_one(s: HamiltonianStructure, model: CrystalModel, alpha: float, n_pa
                 reference: HamiltonianStructure | None = None, symprec: float = 0.1
                 ) -> tuple[HamiltonianStructure, dict]:
     """Predicted structure and its ``bands.json`` row (eV) for one crystal carrying H0 and S."""
-    nb, eb = model.bases
-    pred = predict_crystal(model.ridge, s, model.layout, nb, eb)
+    pred = model.predict(s)
     n_occ = int(s.meta.get("n_occupied") or round(s.numbers.sum() / 2))
     kp, x, ticks = kpath(s.numbers, s.positions, s.lattice, n_path, symprec)
     mesh = tuple(model.generator.get("fock_kmesh") or (4, 4, 4))
