@@ -8,7 +8,10 @@ predictor. Reports test MAE, train time, inference structures/s, and coverage / 
 
 Usage::
 
-    python benchmarks/crystal_perov5.py [--epochs 150] [--threads 2] [--data PATH]
+    python benchmarks/crystal_perov5.py [--epochs 150] [--threads 2] [--data PATH] [--seeds 0,1]
+
+Seeds can run as parallel processes (``--seeds 0 --output a.json`` and ``--seeds 1 --output b.json``, same split)
+and be combined with ``python benchmarks/crystal_perov5.py --merge a.json b.json``.
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ def neural(name: str, cfg: dict, dm, alpha: float, seed: int) -> dict:
     """Train one network variant (fresh run folder, model seed ``seed``) and measure it."""
     cfg = copy.deepcopy(cfg)
     network = cfg["model"]["network"] | VARIANTS[name]
-    if name == "cgcnn":
+    if network["name"] == "cgcnn":
         network = {k: v for k, v in network.items() if k in CGCNN_KEYS}
     cfg["model"]["network"], cfg["seed"] = network, seed
     run_dir = ROOT / "benchmarks" / "runs" / f"{name}-seed{seed}"
@@ -139,6 +142,25 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def merge(paths: list[str], output: str) -> None:
+    """Combine result files of the same split run with different model seeds (per-seed runs concatenated)."""
+    payloads = [json.loads(Path(p).read_text()) for p in paths]
+    first = payloads[0]
+    for p, other in zip(paths[1:], payloads[1:], strict=True):
+        if (other["dataset"], other["split_seed"], other["split_sizes"]) != (first["dataset"], first["split_seed"],
+                                                                           first["split_sizes"]):
+            raise SystemExit(f"error: {p} was run on a different split than {paths[0]}; merge runs of one split only")
+    results = dict(first["results"])
+    for name, r in first["results"].items():
+        if "per_seed" in r:
+            runs = [run for other in payloads for run in other["results"][name]["per_seed"]]
+            seeds = [seed for other in payloads for seed in other["results"][name]["seeds"]]
+            results[name] = summarise(runs) | {"seeds": seeds, "per_seed": runs}
+    atomic_write_text(output, json.dumps(first | {"results": results}, indent=1))
+    print(table(results))
+    print(f"wrote {output}")
+
+
 def main() -> None:
     """Run every model on one split and write the JSON result."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -150,7 +172,10 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(VARIANTS))
     parser.add_argument("--seeds", default="0", help="model seeds (comma-separated); the split is fixed")
     parser.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "crystal_perov5.json"))
+    parser.add_argument("--merge", nargs="+", metavar="JSON", help="combine per-seed result files into --output")
     args = parser.parse_args()
+    if args.merge:
+        return merge(args.merge, args.output)
     cfg = load_config(args.config)
     cfg["threads"] = args.threads
     if args.data:

@@ -15,10 +15,13 @@ class GraphAttentionBlock(nn.Module):
 
     - attention logit per channel ``α_ij = (W_q h_i) ⊙ (W_k h_j + W_e e_ij) / √d``,
     - gate ``g_ij = σ(W_f z_ij + α_ij)``, value ``v_ij = softplus(W_s z_ij)``,
-    - update ``h_i ← h_i + BN(Σ_j g_ij ⊙ v_ij)``.
+    - update ``h_i ← h_i + BN(Σ_j g_ij ⊙ v_ij)``,
+    - position-wise feed-forward (transformer FFN) ``h_i ← h_i + W_2 SiLU(W_1 h_i)`` (``ffn``),
+    - edge update ``e_ij ← e_ij + MLP(z_ij)`` (``edge_update``; as in ALIGNN/M3GNet), so later layers see
+      bond features refined by both end atoms.
 
     A sigmoid gate rather than a softmax over neighbours keeps the sum aggregation, so the layer still sees
-    how many neighbours an atom has.
+    how many neighbours an atom has. Every input is invariant (lengths, elements), so are the outputs.
 
     Parameters
     ----------
@@ -28,10 +31,12 @@ class GraphAttentionBlock(nn.Module):
         Edge feature width.
     heads : int
         Kept for configuration compatibility; the attention is per channel.
+    ffn, edge_update : bool
+        Add the feed-forward sublayer and the edge update (both on in the perov5 configuration).
 
     """
 
-    def __init__(self, dim: int, edge_dim: int, heads: int = 1) -> None:
+    def __init__(self, dim: int, edge_dim: int, heads: int = 1, ffn: bool = False, edge_update: bool = False) -> None:
         super().__init__()
         self.query, self.key = nn.Linear(dim, dim), nn.Linear(dim, dim)
         self.edge_key = nn.Linear(edge_dim, dim)
@@ -39,11 +44,21 @@ class GraphAttentionBlock(nn.Module):
         self.value = nn.Linear(2 * dim + edge_dim, dim)
         self.norm = nn.BatchNorm1d(dim)
         self.scale = 1.0 / math.sqrt(dim)
+        self.ffn = nn.Sequential(nn.Linear(dim, 2 * dim), nn.SiLU(), nn.Linear(2 * dim, dim)) if ffn else None
+        width = 2 * dim + edge_dim
+        self.edge_mlp = (nn.Sequential(nn.Linear(width, edge_dim), nn.SiLU(), nn.Linear(edge_dim, edge_dim))
+                         if edge_update else None)
 
-    def forward(self, h: torch.Tensor, edge_index: torch.Tensor, edge_attr: torch.Tensor) -> torch.Tensor:
-        """Update ``h`` (n_atoms, dim); ``edge_index`` is [centre i, neighbour j], messages flow to the centre."""
+    def forward(self, h: torch.Tensor, edge_index: torch.Tensor,
+                edge_attr: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Updated ``(h (n_atoms, dim), e (n_edges, edge_dim))``; messages flow ``j → i`` for ``[i, j]``."""
         i, j = edge_index
         z = torch.cat([h[i], h[j], edge_attr], dim=-1)
         alpha = self.query(h)[i] * (self.key(h)[j] + self.edge_key(edge_attr)) * self.scale
         message = torch.sigmoid(self.gate(z) + alpha) * nn.functional.softplus(self.value(z))
-        return h + self.norm(torch.zeros_like(h).index_add_(0, i, message))
+        h = h + self.norm(torch.zeros_like(h).index_add_(0, i, message))
+        if self.ffn is not None:
+            h = h + self.ffn(h)
+        if self.edge_mlp is not None:
+            edge_attr = edge_attr + self.edge_mlp(z)
+        return h, edge_attr

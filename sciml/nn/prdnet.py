@@ -33,15 +33,21 @@ class PRDNet(nn.Module):
         Diffraction bins over |G| and Gaussians per scattering factor.
     diffraction : bool
         ``False`` drops the reciprocal-space branch (ablation).
+    dropout : float
+        Dropout before each head layer.
+    ffn, edge_update : bool
+        Feed-forward sublayer and edge update in every graph block
+        (:class:`~sciml.nn.graph_attention.GraphAttentionBlock`); off by default for artifacts saved before they
+        existed, on in ``configs/crystal/perov5.yaml``.
 
     """
 
     def __init__(self, cutoff: float, g_max: float, dim: int = 64, n_layers: int = 3, heads: int = 4,
                  n_rbf: int = 40, n_bins: int = 32, n_gauss: int = 4, diffraction: bool = True,
-                 dropout: float = 0.0) -> None:
+                 dropout: float = 0.0, ffn: bool = False, edge_update: bool = False) -> None:
         super().__init__()
         self.encoder = AtomGraphEncoder(dim, dim, cutoff, n_rbf)
-        self.layers = nn.ModuleList(GraphAttentionBlock(dim, dim, heads) for _ in range(n_layers))
+        self.layers = nn.ModuleList(GraphAttentionBlock(dim, dim, heads, ffn, edge_update) for _ in range(n_layers))
         self.diffraction = DiffractionBranch(dim, g_max, n_bins, n_gauss) if diffraction else None
         width = 2 * dim if diffraction else dim
         self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(width, dim), nn.SiLU(), nn.Dropout(dropout),
@@ -52,7 +58,7 @@ class PRDNet(nn.Module):
         h0, e = self.encoder(batch)
         h = h0
         for layer in self.layers:
-            h = layer(h, batch[keys.EDGE_INDEX], e)
+            h, e = layer(h, batch[keys.EDGE_INDEX], e)
         pooled = global_mean_pool(h, batch[keys.BATCH], size=len(batch[keys.N_ATOMS]))
         if self.diffraction is not None:
             pooled = torch.cat([pooled, self.diffraction(h0, batch)], dim=-1)

@@ -40,7 +40,9 @@ def triclinic() -> Structure:
 
 
 NETWORKS = {
-    "prdnet": lambda: PRDNet(SETTINGS.cutoff, SETTINGS.g_max, dim=16, n_layers=2, heads=2),
+    "prdnet": lambda: PRDNet(SETTINGS.cutoff, SETTINGS.g_max, dim=16, n_layers=2, heads=2, ffn=True,
+                             edge_update=True),
+    "prdnet_plain_blocks": lambda: PRDNet(SETTINGS.cutoff, SETTINGS.g_max, dim=16, n_layers=2, heads=2),
     "prdnet_no_diffraction": lambda: PRDNet(SETTINGS.cutoff, SETTINGS.g_max, dim=16, n_layers=2, heads=2,
                                             diffraction=False),
     "cgcnn": lambda: CGCNN(SETTINGS.cutoff, dim=16, n_layers=2),
