@@ -62,6 +62,9 @@ def band_setup(model: CrystalNet, s, it: dict, n_virtual: int) -> dict:
             scatter.append((kind, sel, idx.reshape(-1), za, zb))
     p = torch.cat([present.view(len(rs), n, n), torch.zeros(1, n, n, dtype=torch.float64)])
     count = (p[:-1] + p[neg].transpose(-1, -2)).clamp_min(1.0)
+    if "kpts" not in s.meta or "n_occupied" not in s.meta:
+        raise ValueError(f"{s.meta.get('source', 'structure')}: no kpts / n_occupied in its meta (info.json); the band "
+                         "loss needs them: regenerate with `sciml data hamiltonian --crystal` or set loss eig=0")
     kpts = np.asarray(s.meta["kpts"], dtype=np.float64)
     r_s, s_r = dense_blocks(s, "S", layout)
     n_bands = min(int(s.meta["n_occupied"]) + int(n_virtual), n)
@@ -147,7 +150,8 @@ def fit_crystal_net(structures, layout, ridge: dict | None = None, network: dict
     residuals = [(it["h_node"] - it["x_node"] - b[0], it["h_edge"] - it["x_edge"] - b[1])
                  for it, b in zip(items, bases, strict=True)]
     model.set_statistics(normaliser_statistics(model, items, residuals))
-    setups = [band_setup(model, s, it, weights["n_virtual"]) for s, it in zip(structures, items, strict=True)]
+    setups = ([band_setup(model, s, it, weights["n_virtual"]) for s, it in zip(structures, items, strict=True)]
+              if weights["eig"] > 0 else [None] * len(items))
     opt = torch.optim.AdamW(model.net.parameters(), lr=opts["lr"], weight_decay=opts["weight_decay"])
     steps = int(opts["steps"])
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(steps, 1),

@@ -152,3 +152,12 @@ def test_shipped_crystal_model_loads_strictly_and_reproduces_its_training_bands(
     s, _ = read_deeph(folder, model.layout)
     err = crystal_errors(model.predict(s), s, model.layout)
     assert err["model_occupied_band_mae_mev"] < 0.05 * err["h0_occupied_band_mae_mev"]
+
+
+def test_band_loss_without_kpoints_is_a_clear_error():
+    rng = np.random.default_rng(6)
+    data = [crystal(rng) for _ in range(2)]  # no meta kpts
+    with pytest.raises(ValueError, match="no kpts"):
+        fit_crystal_net(data, LAYOUT, {"lam": 1e-6}, NET, train={"steps": 1})
+    _, hist = fit_crystal_net(data, LAYOUT, {"lam": 1e-6}, NET, {"eig": 0.0}, {"steps": 1})
+    assert len(hist["loss"]) == 1
