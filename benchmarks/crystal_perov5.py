@@ -143,18 +143,21 @@ def table(results: dict) -> str:
 
 
 def merge(paths: list[str], output: str) -> None:
-    """Combine result files of the same split run with different model seeds (per-seed runs concatenated)."""
+    """Combine result files of one split run with different model seeds or models (per-seed runs concatenated)."""
     payloads = [json.loads(Path(p).read_text()) for p in paths]
     first = payloads[0]
     for p, other in zip(paths[1:], payloads[1:], strict=True):
         if (other["dataset"], other["split_seed"], other["split_sizes"]) != (first["dataset"], first["split_seed"],
                                                                            first["split_sizes"]):
             raise SystemExit(f"error: {p} was run on a different split than {paths[0]}; merge runs of one split only")
-    results = dict(first["results"])
-    for name, r in first["results"].items():
-        if "per_seed" in r:
-            runs = [run for other in payloads for run in other["results"][name]["per_seed"]]
-            seeds = [seed for other in payloads for seed in other["results"][name]["seeds"]]
+    results = {}
+    for other in payloads:  # models in first-seen order; classical baselines (deterministic) from the first file
+        for name, r in other["results"].items():
+            if "per_seed" not in r:
+                results.setdefault(name, r)
+                continue
+            runs = results.get(name, {}).get("per_seed", []) + r["per_seed"]
+            seeds = results.get(name, {}).get("seeds", []) + r["seeds"]
             results[name] = summarise(runs) | {"seeds": seeds, "per_seed": runs}
     atomic_write_text(output, json.dumps(first | {"results": results}, indent=1))
     print(table(results))

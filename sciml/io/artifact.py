@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from sciml.io.atomic import atomic_directory
+from sciml.io.atomic import atomic_directory, default_mode
 from sciml.io.checksum import sha256_file
 
 FORMAT_VERSION = 1
@@ -56,6 +56,7 @@ def save_artifact(path: str | Path, *, config: dict, state_dict: dict[str, torch
     with atomic_directory(path) as tmp:
         tensors = {k: v.detach().cpu().contiguous().clone() for k, v in state_dict.items()}
         save_file(tensors, str(tmp / "weights.safetensors"))
+        (tmp / "weights.safetensors").chmod(default_mode())  # safetensors writes 0600; give what open() would
         meta = {"format_version": FORMAT_VERSION, "versions": versions(), **metadata,
                 "weights_sha256": sha256_file(tmp / "weights.safetensors")}
         (tmp / "metadata.json").write_text(json.dumps(meta, indent=1))

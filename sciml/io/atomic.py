@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import IO
 
 
-def _default_mode(directory: bool = False) -> int:
+def default_mode(directory: bool = False) -> int:
     """Permissions a plain ``open``/``mkdir`` would give under the current umask (mkstemp uses 0600)."""
     umask = os.umask(0)
     os.umask(umask)
@@ -40,7 +40,7 @@ def atomic_open(path: str | Path, mode: str = "w", **kwargs) -> Iterator[IO]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.chmod(tmp, _default_mode())
+    os.chmod(tmp, default_mode())
     try:
         with os.fdopen(fd, mode, **kwargs) as handle:
             yield handle
@@ -76,7 +76,7 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    os.chmod(tmp, _default_mode(directory=True))
+    os.chmod(tmp, default_mode(directory=True))
     try:
         yield tmp
         for child in tmp.rglob("*"):

@@ -74,7 +74,10 @@ def test_atomic_outputs_get_normal_permissions(tmp_path):
         atomic_write_text(tmp_path / "f.txt", "x")
         with atomic_directory(tmp_path / "d") as tmp:
             (tmp / "a").write_text("y")
+        art = save_artifact(tmp_path / "art", config={"task": "toy"}, state_dict={"w": torch.ones(2)}, metadata={},
+                            calibrator=None, card="#")
     finally:
         os.umask(umask)
     assert stat.S_IMODE((tmp_path / "f.txt").stat().st_mode) == 0o644
     assert stat.S_IMODE((tmp_path / "d").stat().st_mode) == 0o755
+    assert {stat.S_IMODE(f.stat().st_mode) for f in art.iterdir()} == {0o644}  # safetensors alone writes 0600
