@@ -47,7 +47,9 @@ class PRDNet(nn.Module):
                  dropout: float = 0.0, ffn: bool = False, edge_update: bool = False) -> None:
         super().__init__()
         self.encoder = AtomGraphEncoder(dim, dim, cutoff, n_rbf)
-        self.layers = nn.ModuleList(GraphAttentionBlock(dim, dim, heads, ffn, edge_update) for _ in range(n_layers))
+        # the last block's edge update would feed nothing (and leave DDP with unused parameters)
+        self.layers = nn.ModuleList(GraphAttentionBlock(dim, dim, heads, ffn, edge_update and k < n_layers - 1)
+                                    for k in range(n_layers))
         self.diffraction = DiffractionBranch(dim, g_max, n_bins, n_gauss) if diffraction else None
         width = 2 * dim if diffraction else dim
         self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(width, dim), nn.SiLU(), nn.Dropout(dropout),
