@@ -20,6 +20,7 @@ from sciml.hamiltonian.data import bases
 from sciml.hamiltonian.orbitals import OrbitalLayout
 from sciml.hamiltonian.periodic import structure_bands
 from sciml.hamiltonian.structure import HamiltonianStructure
+from sciml.hamiltonian.units import HARTREE_MEV
 from sciml.nn.hamiltonian.ridge import TensorProductRidge
 
 #: radial Gaussians covering periodic pair blocks out to ~14 Å
@@ -114,7 +115,6 @@ def crystal_errors(pred: HamiltonianStructure, ref: HamiltonianStructure, layout
     keys = list(ref.blocks_of("H"))
     kpts, bands = np.asarray(ref.meta["check_kpts"]), np.asarray(ref.meta["check_bands"])
     occ = int(ref.meta["n_occupied"])
-    mev = 27211.386245988
     out = {}
     if set(keys) <= set(pred.blocks_of("H")):  # same atom images (a CIF may wrap atoms: then bands only)
         err = np.concatenate([np.abs(pred.blocks["H"][k] - ref.blocks["H"][k]).ravel() for k in keys])
@@ -122,7 +122,7 @@ def crystal_errors(pred: HamiltonianStructure, ref: HamiltonianStructure, layout
         out = {"h_mae_microhartree": float(err.mean() * 1e6), "h0_mae_microhartree": float(err0.mean() * 1e6)}
     for name, st, tag in (("model", pred, "H"), ("h0", ref, "H0"), ("reference_h", ref, "H")):
         b = structure_bands(st, layout, kpts, tag)
-        out[f"{name}_occupied_band_mae_mev"] = float(np.abs(b[:, :occ] - bands[:, :occ]).mean() * mev)
+        out[f"{name}_occupied_band_mae_mev"] = float(np.abs(b[:, :occ] - bands[:, :occ]).mean() * HARTREE_MEV)
     return out
 
 

@@ -22,8 +22,7 @@ from sciml.hamiltonian.crystal import crystal_errors
 from sciml.hamiltonian.crystal_model import CrystalModel, band_radius, load_crystal_model
 from sciml.hamiltonian.periodic import mesh_kpoints, structure_bands
 from sciml.hamiltonian.structure import HamiltonianStructure
-
-HARTREE_EV = 27.211386245988
+from sciml.hamiltonian.units import HARTREE_EV
 
 
 def kpath(numbers, positions, lattice, n: int = 60, symprec: float = 0.1) -> tuple[np.ndarray, np.ndarray, list]:

@@ -25,14 +25,13 @@ import numpy as np
 from sciml.hamiltonian.io_harmonics import pyscf_to_e3nn_shell
 from sciml.hamiltonian.orbitals import OrbitalLayout
 from sciml.hamiltonian.structure import HamiltonianStructure
+from sciml.hamiltonian.units import HARTREE_EV
 from sciml.io.atomic import atomic_directory
 
 __all__ = ["H5_FILES", "HARTREE_EV", "read_deeph", "read_deeph_tree", "write_deeph"]
 
 #: block name -> HDF5 file
 H5_FILES = {"H": "hamiltonians.h5", "H0": "hamiltonians_0.h5", "S": "overlaps.h5"}
-#: 1 Hartree in eV (CODATA 2018)
-HARTREE_EV = 27.211386245988
 ORDERS = ("openmx", "pyscf", "e3nn")
 
 

@@ -14,8 +14,9 @@ import numpy as np
 import torch
 
 from sciml.hamiltonian.loss import gauge_shift, matrix_mae, orbital_energies
+from sciml.hamiltonian.units import HARTREE_MEV
 from sciml.io.artifact import save_artifact
-from sciml.models.hamiltonian import HARTREE_TO_MEV, HamiltonianModule
+from sciml.models.hamiltonian import HamiltonianModule
 from sciml.uq import SplitConformal, coverage, mean_width
 
 
@@ -50,9 +51,9 @@ def evaluate(module: HamiltonianModule, loader, h_source: str = "model") -> dict
                                             strict=True)):
             e, r = eps[k0:k0 + k], batch.y[k0:k0 + k]
             k0 += k
-            out["occ_mae"].append((e[:occ] - r[:occ]).abs().mean().reshape(1) * HARTREE_TO_MEV)
+            out["occ_mae"].append((e[:occ] - r[:occ]).abs().mean().reshape(1) * HARTREE_MEV)
             gap = (e[occ] - e[occ - 1]) - (r[occ] - r[occ - 1]) if k > occ else torch.tensor(float("nan"))
-            out["gap_err"].append(gap.reshape(1) * HARTREE_TO_MEV)
+            out["gap_err"].append(gap.reshape(1) * HARTREE_MEV)
             a, b = int(batch.mat_ptr[g]), int(batch.mat_ptr[g + 1])
             mats = [t[a:b].reshape(n, n).numpy() for t in (h, batch.h, batch.s)]
             out["cosine"].append(torch.tensor([_cosine(*mats, occ)]))
@@ -76,7 +77,7 @@ def calibrate(module: HamiltonianModule, dm, alpha: float = 0.1, score: str = "a
     interval = cal.predict_set(torch.from_numpy(test_res["eps_pred"]), alpha=alpha)
     y = torch.from_numpy(test_res["eps_ref"])
     return cal, {"test_coverage": float(coverage(interval, y)), "test_width_mev": float(mean_width(interval))
-                 * HARTREE_TO_MEV, "alpha": alpha, "n_calib_orbitals": int(cal.n_calib)} | summarise(test_res)
+                 * HARTREE_MEV, "alpha": alpha, "n_calib_orbitals": int(cal.n_calib)} | summarise(test_res)
 
 
 def _symbols(layout: dict) -> list[str]:

@@ -19,12 +19,12 @@ import torch
 from sciml.hamiltonian.data import bases, collate, structure_to_sample
 from sciml.hamiltonian.orbitals import OrbitalLayout
 from sciml.hamiltonian.structure import HamiltonianStructure
+from sciml.hamiltonian.units import HARTREE_EV
 from sciml.io.artifact import ArtifactError, load_artifact
 from sciml.models.hamiltonian import HamiltonianModule
 from sciml.uq.split import calibrator_from_dict
 
 DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "checkpoints" / "water-pbe-def2svp"
-HARTREE_TO_EV = 27.211386245988
 
 
 @dataclass
@@ -154,7 +154,7 @@ def predict_structures(structures: list[HamiltonianStructure], predictor: Hamilt
 
 
 def _ev(values) -> list[float]:
-    return [float(v) * HARTREE_TO_EV for v in values]
+    return [float(v) * HARTREE_EV for v in values]
 
 
 def write_prediction(folder: Path, structure: HamiltonianStructure, result: dict, s_pyscf: np.ndarray,
@@ -186,9 +186,9 @@ def write_prediction(folder: Path, structure: HamiltonianStructure, result: dict
            "orbital_energies_hartree": result["orbital_energies"], "lower_hartree": result["lower"],
            "upper_hartree": result["upper"], "orbital_energies_ev": _ev(result["orbital_energies"]),
            "lower_ev": _ev(result["lower"]), "upper_ev": _ev(result["upper"]),
-           "homo_ev": float(result["orbital_energies"][result["n_occupied"] - 1]) * HARTREE_TO_EV}
+           "homo_ev": float(result["orbital_energies"][result["n_occupied"] - 1]) * HARTREE_EV}
     if "gap" in result:
-        row |= {k + "_ev": result[k] * HARTREE_TO_EV for k in ("homo", "lumo", "gap", "gap_lower", "gap_upper")}
+        row |= {k + "_ev": result[k] * HARTREE_EV for k in ("homo", "lumo", "gap", "gap_lower", "gap_upper")}
     if reference is not None:
         from scipy.linalg import eigh
 

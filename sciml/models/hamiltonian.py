@@ -15,12 +15,12 @@ import torch
 
 from sciml.hamiltonian.loss import assemble, hamiltonian_loss, matrix_mae, orbital_energies
 from sciml.hamiltonian.orbitals import OrbitalLayout
+from sciml.hamiltonian.units import HARTREE_MEV
 from sciml.nn.hamiltonian import BlockBasis, HamiltonianNet
 from sciml.nn.hamiltonian.normalize import IrrepsNormalizer
 from sciml.nn.hamiltonian.ridge import TensorProductRidge
 from sciml.types import Prediction
 
-HARTREE_TO_MEV = 27211.386245988
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
@@ -130,7 +130,7 @@ class HamiltonianModule(L.LightningModule):
         self.log(f"{stage}_loss", out["loss"], prog_bar=stage == "train", batch_size=n, sync_dist=True)
         self.log(f"{stage}_mae", mae, prog_bar=stage != "train", batch_size=n, sync_dist=True)
         if eps is not None:
-            eig_mae = (eps.detach() - batch.y).abs().mean() * HARTREE_TO_MEV
+            eig_mae = (eps.detach() - batch.y).abs().mean() * HARTREE_MEV
             self.log(f"{stage}_eig_mae_mev", eig_mae, batch_size=n, sync_dist=True)
         return out["loss"]
 
