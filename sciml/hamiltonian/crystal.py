@@ -68,8 +68,7 @@ def fit_crystal_ridge(structures, layout: OrbitalLayout, settings: dict | None =
     settings = CRYSTAL_RIDGE | (settings or {})
     nb, eb = bases(layout)
     b = concat_items([crystal_items(s, layout, nb, eb) for s in structures])
-    ridge = TensorProductRidge(str(nb.irreps), str(eb.irreps), len(nb.pairs), len(eb.pairs),
-                               **{k: settings[k] for k in ("lmax", "centres", "width", "two_hop") if k in settings})
+    ridge = TensorProductRidge.from_settings(nb, eb, {k: v for k, v in settings.items() if k != "shapes"})
     masks = (torch.stack([nb.mask(*p) for p in nb.pairs]), torch.stack([eb.mask(*p) for p in eb.pairs]))
     ridge.fit(b["x_node"], b["x_edge"], b["vec"], b["edge_index"], b["node_type"], b["edge_type"],
               b["h_node"] - b["x_node"], b["h_edge"] - b["x_edge"], masks, lam=settings["lam"])

@@ -179,8 +179,7 @@ def load_crystal_model(path) -> CrystalModel:
         net.load_state_dict(art.state_dict, strict=True)
         ridge = net.eval().ridge
     else:
-        ridge = TensorProductRidge(str(nb.irreps), str(eb.irreps), len(nb.pairs), len(eb.pairs),
-                                   **{k: r[k] for k in ("lmax", "centres", "width", "shapes", "two_hop") if k in r})
+        ridge = TensorProductRidge.from_settings(nb, eb, r)
         ridge.load_state_dict(art.state_dict, strict=True)
     cal = calibrator_from_dict(art.calibrator) if art.calibrator else None
     return CrystalModel(ridge, layout, art.config.get("generator") or {}, cal, dict(art.metadata or {}), net)

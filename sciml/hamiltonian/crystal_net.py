@@ -31,7 +31,6 @@ from sciml.nn.hamiltonian.ridge import TensorProductRidge
 #: network settings for the 2-atom gth-szv cells (s, p shells: block irreps up to L = 2); ~70k parameters
 CRYSTAL_NET = {"hidden": "16x0e+8x1o+8x1e+4x2e+4x2o", "lmax": 2, "n_layers": 2, "n_rbf": 16, "cutoff": 6.0,
                "radial_hidden": 32}
-RIDGE_KEYS = ("lmax", "centres", "width", "shapes", "two_hop")
 NORMS = ("x_node", "x_edge", "y_node", "y_edge")
 
 
@@ -53,8 +52,7 @@ class CrystalNet(nn.Module):
         super().__init__()
         self.layout, self.network = layout, CRYSTAL_NET | dict(network)
         nb, eb = self.bases = bases(layout)
-        self.ridge = TensorProductRidge(str(nb.irreps), str(eb.irreps), len(nb.pairs), len(eb.pairs),
-                                        **{k: ridge[k] for k in RIDGE_KEYS if k in ridge})
+        self.ridge = TensorProductRidge.from_settings(nb, eb, ridge)
         self.net = HamiltonianNet(str(nb.irreps), str(eb.irreps), len(nb.pairs), len(eb.pairs),
                                   **self.network).double()
         with torch.no_grad():

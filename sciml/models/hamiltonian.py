@@ -70,9 +70,7 @@ class HamiltonianModule(L.LightningModule):
         self.register_buffer("edge_mask", torch.stack([self.edge_basis.mask(*p) for p in self.edge_basis.pairs]))
         self.ridge = None
         if ridge and self.use_h0:
-            settings = {k: v for k, v in ridge.items() if k in ("lmax", "centres", "width", "shapes", "two_hop")}
-            self.ridge = TensorProductRidge(str(self.node_basis.irreps), str(self.edge_basis.irreps),
-                                            len(self.node_basis.pairs), len(self.edge_basis.pairs), **settings)
+            self.ridge = TensorProductRidge.from_settings(self.node_basis, self.edge_basis, ridge)
             with torch.no_grad():
                 for lin in (self.net.node_out, self.net.edge_out):
                     lin.weight.zero_()

@@ -23,8 +23,7 @@ def fit_ridge(dm: HamiltonianDataModule, settings: dict) -> TensorProductRidge:
     """The closed-form tensor-product ridge model of ΔH fitted on the train split (float64)."""
     b = collate(dm.datasets["train"])
     nb, eb = dm.node_basis, dm.edge_basis
-    ridge = TensorProductRidge(str(nb.irreps), str(eb.irreps), len(nb.pairs), len(eb.pairs),
-                               **{k: v for k, v in settings.items() if k in ("lmax", "centres", "width", "two_hop")})
+    ridge = TensorProductRidge.from_settings(nb, eb, {k: v for k, v in settings.items() if k != "shapes"})
     vec = b.pos[b.edge_index[1]] - b.pos[b.edge_index[0]]
     masks = (torch.stack([nb.mask(*p) for p in nb.pairs]), torch.stack([eb.mask(*p) for p in eb.pairs]))
     ridge.fit(b.x_node, b.x_edge, vec, b.edge_index, b.node_type, b.edge_type, b.h_node - b.x_node,

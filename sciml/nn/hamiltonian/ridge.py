@@ -82,6 +82,13 @@ class TensorProductRidge(nn.Module):
             self.register_buffer(f"{name}_scale", torch.ones(n_feat, dtype=torch.float32))
             self.register_buffer(f"{name}_w", torch.zeros(n_feat, mul, dtype=torch.float32))
 
+    @classmethod
+    def from_settings(cls, node_basis, edge_basis, settings: dict) -> TensorProductRidge:
+        """Model for node/edge ``BlockBasis`` objects from a settings dict (other keys, e.g. ``lam``, ignored)."""
+        keys = ("lmax", "centres", "width", "shapes", "two_hop")
+        return cls(str(node_basis.irreps), str(edge_basis.irreps), len(node_basis.pairs), len(edge_basis.pairs),
+                   **{k: settings[k] for k in keys if k in settings})
+
     def _blocks(self, x_node, x_edge, vec, edge_index):
         """Per-edge feature blocks ``[(f (E, D), irreps)]`` and radial weights ``(E, K)``."""
         i, j = edge_index
