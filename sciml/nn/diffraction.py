@@ -10,6 +10,7 @@ import math
 
 import torch
 from torch import nn
+from torch_geometric.nn import global_mean_pool
 
 from sciml import keys
 from sciml.nn.radial import CosineCutoff, GaussianBasis
@@ -70,9 +71,10 @@ class DiffractionBranch(nn.Module):
 
     """
 
-    def __init__(self, dim: int, g_max: float, n_bins: int = 32, n_gauss: int = 4) -> None:
+    def __init__(self, dim: int, g_max: float, n_bins: int = 32, n_gauss: int = 4,
+                 site_resolved: bool = False) -> None:
         super().__init__()
-        self.n_gauss = n_gauss
+        self.n_gauss, self.site_resolved = n_gauss, site_resolved
         self.coeff = nn.Sequential(nn.Linear(dim, dim), nn.SiLU(), nn.Linear(dim, 2 * n_gauss + 1))
         self.bins = GaussianBasis(0.0, g_max, n_bins)
         self.envelope = CosineCutoff(g_max)
@@ -81,7 +83,7 @@ class DiffractionBranch(nn.Module):
         nn.init.zeros_(self.out[-1].bias)
 
     def pattern(self, h: torch.Tensor, batch) -> torch.Tensor:
-        """Binned intensities ``P`` of shape ``(n_graphs, n_bins)`` (before the log)."""
+        """Binned intensities: ``(n_graphs, n_bins)``, or ``(n_atoms, n_bins)`` per site if site-resolved."""
         pos, cell = batch[keys.POS], batch[keys.CELL]
         n_atoms, n_refl = batch[keys.N_ATOMS], batch[keys.N_REFL]
         inv_cell = torch.linalg.inv(cell)  # (B, 3, 3)
@@ -99,12 +101,21 @@ class DiffractionBranch(nn.Module):
         n_r = len(g)
         re = torch.zeros(n_r, dtype=f.dtype, device=f.device).index_add_(0, pair_refl, f * torch.cos(phase))
         im = torch.zeros(n_r, dtype=f.dtype, device=f.device).index_add_(0, pair_refl, f * torch.sin(phase))
+        volume = torch.linalg.det(cell).abs()
+        if self.site_resolved:  # Re[conj(f_j e^{iφ_j}) F(G)]: atom j's share of |F(G)|²
+            share = f * (torch.cos(phase) * re[pair_refl] + torch.sin(phase) * im[pair_refl])
+            weighted = (share * self.envelope(g)[pair_refl]).unsqueeze(-1) * self.bins(g)[pair_refl]
+            sums = torch.zeros(len(pos), weighted.shape[-1], dtype=f.dtype, device=f.device)
+            sums = sums.index_add_(0, pair_atom, weighted)
+            return sums * (2 * math.pi) ** 3 / volume[batch[keys.BATCH]].unsqueeze(-1)
         weighted = ((re**2 + im**2) * self.envelope(g)).unsqueeze(-1) * self.bins(g)  # (R, K)
         sums = torch.zeros(len(n_refl), weighted.shape[-1], dtype=f.dtype, device=f.device)
         sums = sums.index_add_(0, refl_graph, weighted)
-        volume = torch.linalg.det(cell).abs()
         return sums * (2 * math.pi) ** 3 / (n_atoms.to(f.dtype) * volume).unsqueeze(-1)
 
     def forward(self, h: torch.Tensor, batch) -> torch.Tensor:
         """Embed the pattern: ``(n_atoms, dim)`` atom features → ``(n_graphs, dim)``."""
-        return self.out(torch.log1p(self.pattern(h, batch)))
+        if not self.site_resolved:
+            return self.out(torch.log1p(self.pattern(h, batch)))
+        per_site = self.out(torch.asinh(self.pattern(h, batch)))  # shares can be negative (interference)
+        return global_mean_pool(per_site, batch[keys.BATCH], size=len(batch[keys.N_ATOMS]))

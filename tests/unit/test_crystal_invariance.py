@@ -39,10 +39,23 @@ def triclinic() -> Structure:
     return Structure(lattice, ["Li", "Fe", "P", "O", "O", "O"], rng.random((6, 3)))
 
 
+def live(net: PRDNet) -> PRDNet:
+    """Give the zero-initialised last layer of the diffraction embedding random weights.
+
+    At initialisation the branch adds exactly zero (it grows in during training), so without this the
+    invariance checks below would not see the branch at all.
+    """
+    torch.nn.init.normal_(net.diffraction.out[-1].weight, std=0.5)
+    torch.nn.init.normal_(net.diffraction.out[-1].bias, std=0.5)
+    return net
+
+
 NETWORKS = {
-    "prdnet": lambda: PRDNet(SETTINGS.cutoff, SETTINGS.g_max, dim=16, n_layers=2, heads=2, ffn=True,
-                             edge_update=True),
-    "prdnet_plain_blocks": lambda: PRDNet(SETTINGS.cutoff, SETTINGS.g_max, dim=16, n_layers=2, heads=2),
+    "prdnet": lambda: live(PRDNet(SETTINGS.cutoff, SETTINGS.g_max, dim=16, n_layers=2, heads=2, ffn=True,
+                                  edge_update=True)),
+    "prdnet_plain_blocks": lambda: live(PRDNet(SETTINGS.cutoff, SETTINGS.g_max, dim=16, n_layers=2, heads=2)),
+    "prdnet_site_resolved": lambda: live(PRDNet(SETTINGS.cutoff, SETTINGS.g_max, dim=16, n_layers=2, heads=2,
+                                                site_resolved=True, fusion="residual")),
     "prdnet_no_diffraction": lambda: PRDNet(SETTINGS.cutoff, SETTINGS.g_max, dim=16, n_layers=2, heads=2,
                                             diffraction=False),
     "cgcnn": lambda: CGCNN(SETTINGS.cutoff, dim=16, n_layers=2),
@@ -56,13 +69,14 @@ def test_invariant_to_rotation_translation_permutation_supercell(float64, name, 
     assert_invariant(net, make(), SETTINGS, rtol=RTOL, seed=3)
 
 
-def test_primitive_conventional_and_supercell_agree(float64):
+@pytest.mark.parametrize("name", ["prdnet", "prdnet_site_resolved"])
+def test_primitive_conventional_and_supercell_agree(float64, name):
     fcc = Structure(Lattice.cubic(5.64), ["Na"] * 4 + ["Cl"] * 4,
                     [[0, 0, 0], [.5, .5, 0], [.5, 0, .5], [0, .5, .5],
                      [.5, 0, 0], [0, .5, 0], [0, 0, .5], [.5, .5, .5]])
     primitive = SpacegroupAnalyzer(fcc).get_primitive_standard_structure()
     assert len(primitive) == 2
-    net = NETWORKS["prdnet"]()
+    net = NETWORKS[name]()
     net.eval()
     assert_same_output(net, primitive, fcc, SETTINGS, RTOL, "primitive vs conventional")
     assert_same_output(net, primitive, primitive.make_supercell([2, 2, 2], in_place=False), SETTINGS, RTOL,
@@ -83,6 +97,31 @@ def test_diffraction_branch_changes_the_output_and_sees_positions(float64):
     pattern = net.diffraction.pattern(h[:5].repeat(2, 1), batch)
     assert not torch.allclose(pattern[0], pattern[1])
     assert torch.isfinite(pattern).all() and (pattern >= 0).all()
+    live_output = net(batch)
+    with torch.no_grad():
+        net.diffraction.out[-1].weight.zero_()
+        net.diffraction.out[-1].bias.zero_()
+    assert not torch.allclose(live_output, net(batch)), "the branch must change the prediction"
+
+
+def test_site_shares_sum_to_the_structure_pattern(float64):
+    """Σ_j Re[conj(f_j e^{iφ_j}) F] = |F|²: the mean over sites of the site-resolved pattern is the pattern."""
+    from torch_geometric.data import Batch
+
+    from sciml.data.graphs import structure_to_graph
+    from sciml.nn import DiffractionBranch
+
+    total = DiffractionBranch(16, SETTINGS.g_max)
+    sites = DiffractionBranch(16, SETTINGS.g_max, site_resolved=True)
+    sites.load_state_dict(total.state_dict())
+    batch = Batch.from_data_list([structure_to_graph(s, SETTINGS, dtype=torch.float64)
+                                  for s in (triclinic(), perovskite(0.1))])
+    h = torch.randn(len(batch.pos), 16)
+    per_site = sites.pattern(h, batch)
+    assert per_site.shape == (11, total.bins.n)
+    mean = torch.stack([per_site[:6].mean(0), per_site[6:].mean(0)])
+    torch.testing.assert_close(mean, total.pattern(h, batch), rtol=1e-10, atol=1e-12)
+    assert (per_site < 0).any(), "site shares interfere: some must be negative"
 
 
 def test_a_distorted_structure_is_not_invariant(float64):
