@@ -77,14 +77,44 @@ def neural(name: str, cfg: dict, dm, alpha: float, seed: int) -> dict:
     pt, st, yt = as_double(*collect_predictions(module, dm.test_dataloader()))
     infer_s = time.perf_counter() - start
     pc, sc, yc = as_double(*collect_predictions(module, dm.calib_dataloader()))
-    return {"test_mae": float((pt - yt).abs().mean()), "train_s": train_s,
+    pv, _, yv = as_double(*collect_predictions(module, dm.val_dataloader()))
+    return {"test_mae": float((pt - yt).abs().mean()), "val_mae": float((pv - yv).abs().mean()), "train_s": train_s,
             "structures_per_s": len(yt) / infer_s, "epochs": cfg["trainer"]["max_epochs"],
-            **interval_metrics((pc, sc, yc), (pt, st, yt), alpha)}
+            **interval_metrics((pc, sc, yc), (pt, st, yt), alpha), "test_abs_error": abs_errors(pt, yt)}
+
+
+def abs_errors(prediction, target) -> list[float]:
+    """Per-structure absolute test errors in split order (eV/cell, 6 decimals), for paired comparisons."""
+    return [round(float(v), 6) for v in np.abs(np.asarray(prediction) - np.asarray(target))]
+
+
+def paired_difference(ours: dict, other: dict, n_boot: int = 2000, seed: int = 0) -> dict:
+    """Test-MAE difference ``ours − other`` with a paired bootstrap 95% interval over test structures.
+
+    Each model's per-structure absolute error is first averaged over its seeds; the bootstrap resamples
+    test structures (the split's sampling noise, which seeds alone do not show).
+    """
+    def seed_mean(r):
+        return np.mean([run["test_abs_error"] for run in r.get("per_seed", [r])], axis=0)
+
+    d = seed_mean(ours) - seed_mean(other)
+    idx = np.random.default_rng(seed).integers(0, len(d), size=(n_boot, len(d)))
+    low, high = np.quantile(d[idx].mean(1), [0.025, 0.975])
+    return {"difference": float(d.mean()), "ci95": [float(low), float(high)],
+            "relative": float(d.mean() / seed_mean(other).mean())}
+
+
+def comparisons(results: dict, ours: str = "prdnet") -> dict:
+    """Paired differences of our model against every other model present."""
+    if ours not in results or "test_abs_error" not in results[ours]["per_seed"][0]:
+        return {}
+    return {f"{ours} - {name}": paired_difference(results[ours], r) for name, r in results.items()
+            if name != ours and "test_abs_error" in r.get("per_seed", [r])[0]}
 
 
 def summarise(runs: list[dict]) -> dict:
     """Mean over seeds of each metric, plus the standard deviation of the test MAE."""
-    keys = ("test_mae", "train_s", "structures_per_s", "coverage", "mean_width")
+    keys = ("test_mae", "val_mae", "train_s", "structures_per_s", "coverage", "mean_width")
     out = {k: float(np.mean([r[k] for r in runs])) for k in keys}
     out["test_mae_std"] = float(np.std([r["test_mae"] for r in runs]))
     out["epochs"] = runs[0]["epochs"]
@@ -127,18 +157,30 @@ def classical(dm, alpha: float, threads: int) -> dict:
         tens = [torch.as_tensor(a, dtype=torch.float64) for a in (p_cal, nc, yc, p_test, ns, ys)]
         out[name] = {"test_mae": float(np.abs(p_test - ys).mean()), "train_s": t_s,
                      "structures_per_s": len(ys) / i_s if i_s else None,
-                     **interval_metrics(tuple(tens[:3]), tuple(tens[3:]), alpha)}
+                     **interval_metrics(tuple(tens[:3]), tuple(tens[3:]), alpha),
+                     "test_abs_error": abs_errors(p_test, ys)}
     return out
 
 
 def table(results: dict) -> str:
     """Markdown table of the results (also pasted into the README)."""
-    lines = ["| model | test MAE (eV/cell) | train time (s) | inference (structures/s) | 90% coverage | "
-             "mean width (eV/cell) |", "|---|---|---|---|---|---|"]
+    lines = ["| model | test MAE (eV/cell) | val MAE | train time (s) | inference (structures/s) | 90% coverage | "
+             "mean width (eV/cell) |", "|---|---|---|---|---|---|---|"]
     for name, r in results.items():
         mae = f"{r['test_mae']:.4f}" + (f" ± {r['test_mae_std']:.4f}" if "test_mae_std" in r else "")
+        val = f"{r['val_mae']:.4f}" if "val_mae" in r else "-"
         sps = f"{r['structures_per_s']:.0f}" if r["structures_per_s"] else "-"
-        lines.append(f"| {name} | {mae} | {r['train_s']:.0f} | {sps} | {r['coverage']:.3f} | {r['mean_width']:.3f} |")
+        lines.append(f"| {name} | {mae} | {val} | {r['train_s']:.0f} | {sps} | {r['coverage']:.3f} | "
+                     f"{r['mean_width']:.3f} |")
+    return "\n".join(lines)
+
+
+def comparison_table(pairs: dict) -> str:
+    """Markdown table of the paired test-MAE differences."""
+    lines = ["| comparison | Δ test MAE (eV/cell) | 95% CI (paired bootstrap) | relative |", "|---|---|---|---|"]
+    for name, c in pairs.items():
+        low, high = c["ci95"]
+        lines.append(f"| {name} | {c['difference']:+.4f} | [{low:+.4f}, {high:+.4f}] | {c['relative']:+.1%} |")
     return "\n".join(lines)
 
 
@@ -159,8 +201,10 @@ def merge(paths: list[str], output: str) -> None:
             runs = results.get(name, {}).get("per_seed", []) + r["per_seed"]
             seeds = results.get(name, {}).get("seeds", []) + r["seeds"]
             results[name] = summarise(runs) | {"seeds": seeds, "per_seed": runs}
-    atomic_write_text(output, json.dumps(first | {"results": results}, indent=1))
+    pairs = comparisons(results)
+    atomic_write_text(output, json.dumps(first | {"results": results, "comparisons": pairs}, indent=1))
     print(table(results))
+    print(comparison_table(pairs))
     print(f"wrote {output}")
 
 
@@ -196,9 +240,11 @@ def main() -> None:
         print(name, json.dumps(results[name]), flush=True)
     payload = {"dataset": cfg["data"]["path"], "target": f"{cfg['data']['target']} ({cfg['data']['unit']})",
                "split_sizes": dm.split_sizes(), "split_seed": cfg["data"]["split"]["seed"], "alpha": args.alpha,
-               "threads": args.threads, "torch": torch.__version__, "results": results}
+               "threads": args.threads, "torch": torch.__version__, "results": results,
+               "comparisons": comparisons(results)}
     atomic_write_text(args.output, json.dumps(payload, indent=1))
     print(table(results))
+    print(comparison_table(payload["comparisons"]))
     print(f"wrote {args.output}")
 
 
