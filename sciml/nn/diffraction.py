@@ -58,6 +58,14 @@ class DiffractionBranch(nn.Module):
     reflections of a supercell have ``F = 0``, the shared ones ``|F|²`` scaled by the square of the
     multiplicity). Smooth bins and envelope keep all of this exact up to rounding.
 
+    Site-resolved variant (``site_resolved=True``): atom ``j``'s share of each intensity,
+    ``|F(G)|² = Σ_j Re[conj(f_j e^{2πi (h,k,l)·x_j}) F(G)]``, binned the same way into a pattern per atom,
+    ``P_jk = (2π)³ / V Σ_G w(|G|) Re[...] φ_k(|G|)`` (the mean over atoms is the pattern above). Shares can be
+    negative (destructive interference), so they are embedded through ``asinh`` per atom and then mean-pooled;
+    this gives each site its own view of the long-range order instead of one sum over the cell. The share is
+    unchanged by a shift of the origin (both factors pick up the same phase), and for a supercell ``F`` and ``V``
+    scale by the same multiplicity, so all invariances below hold per atom.
+
     Parameters
     ----------
     dim : int
@@ -68,6 +76,8 @@ class DiffractionBranch(nn.Module):
         Number of Gaussian bins over |G|.
     n_gauss : int
         Number of Gaussians ``m`` in the scattering factor.
+    site_resolved : bool
+        Embed a pattern per atom (its interference share) instead of one per structure.
 
     """
 

@@ -39,25 +39,23 @@ class PRDNet(nn.Module):
         Feed-forward sublayer and edge update in every graph block
         (:class:`~sciml.nn.graph_attention.GraphAttentionBlock`); off by default for artifacts saved before they
         existed, on in ``configs/crystal/perov5.yaml``.
+    site_resolved : bool
+        Per-atom interference shares instead of one pattern per structure
+        (:class:`~sciml.nn.diffraction.DiffractionBranch`).
 
     """
 
     def __init__(self, cutoff: float, g_max: float, dim: int = 64, n_layers: int = 3, heads: int = 4,
                  n_rbf: int = 40, n_bins: int = 32, n_gauss: int = 4, diffraction: bool = True,
-                 dropout: float = 0.0, ffn: bool = False, edge_update: bool = False, site_resolved: bool = False,
-                 fusion: str = "concat") -> None:
+                 dropout: float = 0.0, ffn: bool = False, edge_update: bool = False,
+                 site_resolved: bool = False) -> None:
         super().__init__()
         self.encoder = AtomGraphEncoder(dim, dim, cutoff, n_rbf)
         # the last block's edge update would feed nothing (and leave DDP with unused parameters)
         self.layers = nn.ModuleList(GraphAttentionBlock(dim, dim, heads, ffn, edge_update and k < n_layers - 1)
                                     for k in range(n_layers))
-        if fusion not in ("concat", "residual"):
-            raise ValueError(f"fusion must be 'concat' or 'residual', got {fusion!r}")
-        self.fusion = fusion
         self.diffraction = DiffractionBranch(dim, g_max, n_bins, n_gauss, site_resolved) if diffraction else None
-        width = 2 * dim if diffraction and fusion == "concat" else dim
-        if diffraction and fusion == "residual":
-            self.diffraction_head = nn.Linear(dim, 1)
+        width = 2 * dim if diffraction else dim
         self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(width, dim), nn.SiLU(), nn.Dropout(dropout),
                                   nn.Linear(dim, 1))
 
@@ -68,9 +66,6 @@ class PRDNet(nn.Module):
         for layer in self.layers:
             h, e = layer(h, batch[keys.EDGE_INDEX], e)
         pooled = global_mean_pool(h, batch[keys.BATCH], size=len(batch[keys.N_ATOMS]))
-        if self.diffraction is None:
-            return self.head(pooled).squeeze(-1)
-        d = self.diffraction(h0, batch)
-        if self.fusion == "residual":
-            return (self.head(pooled) + self.diffraction_head(d)).squeeze(-1)
-        return self.head(torch.cat([pooled, d], dim=-1)).squeeze(-1)
+        if self.diffraction is not None:
+            pooled = torch.cat([pooled, self.diffraction(h0, batch)], dim=-1)
+        return self.head(pooled).squeeze(-1)
