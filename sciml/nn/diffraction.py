@@ -92,6 +92,21 @@ class DiffractionBranch(nn.Module):
         nn.init.zeros_(self.out[-1].weight)  # start as the graph-only model; the branch grows in if it helps
         nn.init.zeros_(self.out[-1].bias)
 
+    def scattering(self, h: torch.Tensor, atom: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        """Cromer–Mann factors ``f_j(s) = Σ_m a_jm exp(-b_jm s²) + c_j``, ``s = |G|/4π``.
+
+        ``h`` ``(n_atoms, dim)``; ``atom`` and ``g`` ``(P,)``: atom index and |G| of each pair → ``(P,)``.
+        """
+        a, b, c = self.coeff(h).split([self.n_gauss, self.n_gauss, 1], dim=-1)  # per atom, then per pair
+        s2 = (g / (4 * math.pi)) ** 2
+        return (a[atom] * torch.exp(-nn.functional.softplus(b)[atom] * s2.unsqueeze(-1))).sum(-1) + c[atom, 0]
+
+    def binned(self, values: torch.Tensor, g: torch.Tensor, index: torch.Tensor, size: int) -> torch.Tensor:
+        """``Σ w(|G|) v φ_k(|G|)`` of values ``v`` at ``|G|`` into rows ``index``: ``(size, n_bins)``."""
+        weighted = (values * self.envelope(g)).unsqueeze(-1) * self.bins(g)
+        return torch.zeros(size, weighted.shape[-1], dtype=values.dtype, device=values.device).index_add_(
+            0, index, weighted)
+
     def pattern(self, h: torch.Tensor, batch) -> torch.Tensor:
         """Binned intensities: ``(n_graphs, n_bins)``, or ``(n_atoms, n_bins)`` per site if site-resolved."""
         pos, cell = batch[keys.POS], batch[keys.CELL]
@@ -100,28 +115,18 @@ class DiffractionBranch(nn.Module):
         frac = torch.einsum("nc,ncd->nd", pos, inv_cell[batch[keys.BATCH]])
         refl_graph, pair_refl, pair_atom = reflection_atom_pairs(n_refl, n_atoms)
         hkl = batch[keys.HKL].to(pos.dtype)
-        g_vec = 2 * math.pi * torch.einsum("rc,rdc->rd", hkl, inv_cell[refl_graph])
-        g = torch.linalg.vector_norm(g_vec, dim=-1)  # (R,), Å⁻¹
+        g = torch.linalg.vector_norm(2 * math.pi * torch.einsum("rc,rdc->rd", hkl, inv_cell[refl_graph]), dim=-1)
 
-        a, b, c = self.coeff(h).split([self.n_gauss, self.n_gauss, 1], dim=-1)
-        b = nn.functional.softplus(b)
-        s2 = (g[pair_refl] / (4 * math.pi)) ** 2
-        f = (a[pair_atom] * torch.exp(-b[pair_atom] * s2.unsqueeze(-1))).sum(-1) + c[pair_atom, 0]
+        f = self.scattering(h, pair_atom, g[pair_refl])  # (P,) one factor per (reflection, atom) pair
         phase = 2 * math.pi * (hkl[pair_refl] * frac[pair_atom]).sum(-1)
-        n_r = len(g)
-        re = torch.zeros(n_r, dtype=f.dtype, device=f.device).index_add_(0, pair_refl, f * torch.cos(phase))
-        im = torch.zeros(n_r, dtype=f.dtype, device=f.device).index_add_(0, pair_refl, f * torch.sin(phase))
-        volume = torch.linalg.det(cell).abs()
+        re = torch.zeros_like(g).index_add_(0, pair_refl, f * torch.cos(phase))  # F(G), (R,)
+        im = torch.zeros_like(g).index_add_(0, pair_refl, f * torch.sin(phase))
+        scale = (2 * math.pi) ** 3 / torch.linalg.det(cell).abs()
         if self.site_resolved:  # Re[conj(f_j e^{iφ_j}) F(G)]: atom j's share of |F(G)|²
             share = f * (torch.cos(phase) * re[pair_refl] + torch.sin(phase) * im[pair_refl])
-            weighted = (share * self.envelope(g)[pair_refl]).unsqueeze(-1) * self.bins(g)[pair_refl]
-            sums = torch.zeros(len(pos), weighted.shape[-1], dtype=f.dtype, device=f.device)
-            sums = sums.index_add_(0, pair_atom, weighted)
-            return sums * (2 * math.pi) ** 3 / volume[batch[keys.BATCH]].unsqueeze(-1)
-        weighted = ((re**2 + im**2) * self.envelope(g)).unsqueeze(-1) * self.bins(g)  # (R, K)
-        sums = torch.zeros(len(n_refl), weighted.shape[-1], dtype=f.dtype, device=f.device)
-        sums = sums.index_add_(0, refl_graph, weighted)
-        return sums * (2 * math.pi) ** 3 / (n_atoms.to(f.dtype) * volume).unsqueeze(-1)
+            return self.binned(share, g[pair_refl], pair_atom, len(pos)) * scale[batch[keys.BATCH]].unsqueeze(-1)
+        intensity = self.binned(re**2 + im**2, g, refl_graph, len(n_refl))
+        return intensity * (scale / n_atoms.to(g.dtype)).unsqueeze(-1)
 
     def forward(self, h: torch.Tensor, batch) -> torch.Tensor:
         """Embed the pattern: ``(n_atoms, dim)`` atom features → ``(n_graphs, dim)``."""
