@@ -95,7 +95,7 @@ def paired_difference(ours: dict, other: dict, n_boot: int = 2000, seed: int = 0
     test structures (the split's sampling noise, which seeds alone do not show).
     """
     def seed_mean(r):
-        return np.mean([run["test_abs_error"] for run in r.get("per_seed", [r])], axis=0)
+        return np.mean([run["test_abs_error"] for run in seed_runs(r)], axis=0)
 
     d = seed_mean(ours) - seed_mean(other)
     idx = np.random.default_rng(seed).integers(0, len(d), size=(n_boot, len(d)))
@@ -104,12 +104,17 @@ def paired_difference(ours: dict, other: dict, n_boot: int = 2000, seed: int = 0
             "relative": float(d.mean() / seed_mean(other).mean())}
 
 
+def seed_runs(result: dict) -> list[dict]:
+    """The per-seed runs of a neural result, or the (deterministic) classical result as its one run."""
+    return result.get("per_seed", [result])
+
+
 def comparisons(results: dict, ours: str = "prdnet") -> dict:
-    """Paired differences of our model against every other model present."""
-    if ours not in results or "test_abs_error" not in results[ours]["per_seed"][0]:
+    """Paired differences of our model against every other model present (with per-structure errors)."""
+    if ours not in results or "test_abs_error" not in seed_runs(results[ours])[0]:
         return {}
     return {f"{ours} - {name}": paired_difference(results[ours], r) for name, r in results.items()
-            if name != ours and "test_abs_error" in r.get("per_seed", [r])[0]}
+            if name != ours and "test_abs_error" in seed_runs(r)[0]}
 
 
 def summarise(runs: list[dict]) -> dict:

@@ -76,11 +76,17 @@ def fit_crystal_ridge(structures, layout: OrbitalLayout, settings: dict | None =
 
 
 @torch.no_grad()
+def ridge_irreps(ridge: TensorProductRidge, it: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ridge ΔH irreps (Hartree) of the items of :func:`crystal_items`: ``(N, Dn)`` and ``(E, De)``."""
+    return ridge(it["x_node"], it["x_edge"], it["vec"], it["edge_index"], it["node_type"], it["edge_type"])
+
+
+@torch.no_grad()
 def predict_crystal(ridge: TensorProductRidge, s: HamiltonianStructure, layout: OrbitalLayout, nb, eb
                     ) -> HamiltonianStructure:
     """A copy of ``s`` whose ``H`` blocks are predicted (``H0 + ΔH``, symmetrised); ``H0`` and ``S`` kept."""
     it = crystal_items(s, layout, nb, eb)
-    dn, de = ridge(it["x_node"], it["x_edge"], it["vec"], it["edge_index"], it["node_type"], it["edge_type"])
+    dn, de = ridge_irreps(ridge, it)
     return structure_from_irreps(s, it, it["x_node"] + dn, it["x_edge"] + de, nb, eb)
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from sciml.hamiltonian.crystal import crystal_items, structure_from_irreps
+from sciml.hamiltonian.crystal import crystal_items, ridge_irreps, structure_from_irreps
 from sciml.hamiltonian.data import bases
 from sciml.hamiltonian.orbitals import OrbitalLayout
 from sciml.hamiltonian.structure import HamiltonianStructure
@@ -71,10 +71,9 @@ class CrystalNet(nn.Module):
         it["sel"] = it["vec"].norm(dim=-1) <= float(self.network["cutoff"])
         return it
 
-    @torch.no_grad()
     def base(self, it: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """Ridge ΔH irreps (Hartree), ``(N, Dn)`` and ``(E, De)``."""
-        return self.ridge(it["x_node"], it["x_edge"], it["vec"], it["edge_index"], it["node_type"], it["edge_type"])
+        return ridge_irreps(self.ridge, it)
 
     def residual(self, it: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """Normalised network outputs: ``(N, Dn)`` per atom and ``(E_sel, De)`` per selected edge (masked)."""

@@ -29,7 +29,7 @@ import time
 import numpy as np
 import torch
 
-from sciml.hamiltonian.crystal import CRYSTAL_RIDGE, concat_items, fit_crystal_ridge
+from sciml.hamiltonian.crystal import CRYSTAL_RIDGE, concat_items, fit_crystal_ridge, ridge_irreps
 from sciml.hamiltonian.crystal_net import CrystalNet, normaliser_statistics
 from sciml.hamiltonian.loss import hamiltonian_loss
 from sciml.hamiltonian.periodic import band_energies_torch, bloch_sum_torch, dense_blocks, structure_bands
@@ -127,9 +127,7 @@ def training_bases(model: CrystalNet, structures, items: list, settings: dict, c
     out = []
     for j, it in enumerate(items):
         ridge, _, _ = fit_crystal_ridge([s for m, s in enumerate(structures) if m != j], model.layout, settings)
-        with torch.no_grad():
-            out.append(ridge(it["x_node"], it["x_edge"], it["vec"], it["edge_index"], it["node_type"],
-                             it["edge_type"]))
+        out.append(ridge_irreps(ridge, it))
     return out
 
 
