@@ -27,11 +27,11 @@ import numpy as np
 import torch
 
 from sciml.cli.config import load_config
-from sciml.io.atomic import atomic_write_text
-from sciml.io.checkpoint import load_lightning_checkpoint
-from sciml.models.crystal import CrystalRegressor
-from sciml.tasks.crystal import crystal_datamodule
-from sciml.train import train
+from sciml.core.io.atomic import atomic_write_text
+from sciml.core.io.checkpoint import load_lightning_checkpoint
+from sciml.crystal.module import CrystalRegressor
+from sciml.crystal.task import datamodule as crystal_datamodule
+from sciml.core.train import train
 from sciml.uq import SplitConformal, coverage, mean_width
 from sciml.uq.callback import collect_predictions
 

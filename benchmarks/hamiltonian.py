@@ -30,13 +30,13 @@ import numpy as np
 import torch
 
 from sciml.cli.config import load_config
-from sciml.hamiltonian.data import collate
+from sciml.hamiltonian.data.datamodule import collate
 from sciml.hamiltonian.export import calibrate, evaluate, summarise
-from sciml.io.atomic import atomic_write_text
-from sciml.io.checkpoint import load_lightning_checkpoint
-from sciml.models.hamiltonian import HamiltonianModule
-from sciml.tasks.hamiltonian import build_hamiltonian, hamiltonian_datamodule
-from sciml.train import train
+from sciml.core.io.atomic import atomic_write_text
+from sciml.core.io.checkpoint import load_lightning_checkpoint
+from sciml.hamiltonian.module import HamiltonianModule
+from sciml.hamiltonian.task import build as build_hamiltonian, datamodule as hamiltonian_datamodule
+from sciml.core.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = {"ours": {}, "no_h0_input": {"network": {"use_h0": False}}, "no_reciprocal_loss": {"loss": {"eig": 0.0}}}
@@ -72,7 +72,7 @@ def measure(module, dm, alpha: float) -> dict:
 
 def rotated_copies(dm, seed: int = 0) -> list[dict]:
     """The test split with every conformer under its own random O(3) element (H, H0, S as D M Dᵀ, exact D)."""
-    from sciml.hamiltonian.data import structure_to_sample
+    from sciml.hamiltonian.data.datamodule import structure_to_sample
     from sciml.hamiltonian.orbitals import block_wigner
     from sciml.hamiltonian.structure import HamiltonianStructure
     from sciml.testing import random_orthogonal
@@ -104,8 +104,8 @@ def inference_seconds(module, dm, n: int = 20) -> float:
 
 def scf_seconds(path: str, indices: list[int], threads: int) -> dict:
     """Time a pyscf SCF (same settings as the data) and the H0+S build time of prediction, per molecule."""
-    from sciml.hamiltonian.generate import SCFSettings, run_molecule_scf
-    from sciml.hamiltonian.npz import read_npz
+    from sciml.hamiltonian.data.generate import SCFSettings, run_molecule_scf
+    from sciml.hamiltonian.data.npz import read_npz
     from sciml.hamiltonian.predict import zeroth_step
 
     structures, layout = read_npz(path)
@@ -164,7 +164,7 @@ def crystals(root: Path, network: bool = True, steps: int | None = None) -> dict
     from sciml.hamiltonian.crystal import CRYSTAL_RIDGE, crystal_errors, fit_crystal_ridge, predict_crystal
     from sciml.hamiltonian.crystal_net import CRYSTAL_NET, predict_crystal_net
     from sciml.hamiltonian.crystal_train import CRYSTAL_LOSS, CRYSTAL_TRAIN, fit_crystal_net
-    from sciml.hamiltonian.deeph import read_deeph_tree
+    from sciml.hamiltonian.data.deeph import read_deeph_tree
     from sciml.hamiltonian.orbitals import OrbitalLayout
 
     groups = {p.name: read_deeph_tree(p) for p in sorted(root.iterdir()) if p.is_dir()}

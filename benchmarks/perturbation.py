@@ -8,12 +8,12 @@ Cases
 * ``norman_additive``: Norman 2019 part of ``perturbench_devel.h5ad``, doubles with both singles seen.
 * ``norman_unseen_single``: the same file, held-out single genes.
 
-Models: ``no_change``, ``train_mean``, ``additive``, ``linear`` (:mod:`sciml.cells.baselines`), the learned
-per-gene ``combination`` rule (:mod:`sciml.cells.combination`), our ``flow`` (the config's prior), with
+Models: ``no_change``, ``train_mean``, ``additive``, ``linear`` (:mod:`sciml.perturbation.baselines.simple`), the learned
+per-gene ``combination`` rule (:mod:`sciml.perturbation.baselines.combination`), our ``flow`` (the config's prior), with
 ``--ablation`` also ``flow_additive_prior`` (the earlier model: ``model.flow.prior: additive``, free mean
 remainder ``remainder_mean: 1``), and
 the ``noise_ceiling`` (half of the real cells predicting the other half). Metrics: all of
-:mod:`sciml.cells.metrics` per condition, their means per category, train time (s), cells generated per second
+:mod:`sciml.perturbation.metrics` per condition, their means per category, train time (s), cells generated per second
 (ODE sampling, one thread), and the coverage of the conformal effect bands: on the test conditions, and averaged
 over 500 random re-splits of the pooled calibration + test conditions (the usual estimate of conformal coverage
 with few conditions). Writes ``benchmarks/results/perturbation.json``.
@@ -35,19 +35,19 @@ import numpy as np
 import pandas as pd
 import torch
 
-from sciml.cells.anndata_io import read_h5ad, write_h5ad
-from sciml.cells.baselines import BASELINES
-from sciml.cells.compare import evaluate_baselines
-from sciml.cells.metrics import evaluate, summarise
-from sciml.cells.simulate import read_ground_truth, simulate
+from sciml.perturbation.data.anndata_io import read_h5ad, write_h5ad
+from sciml.perturbation.baselines.simple import BASELINES
+from sciml.perturbation.compare import evaluate_baselines
+from sciml.perturbation.metrics import evaluate, summarise
+from sciml.perturbation.sim.simulate import read_ground_truth, simulate
 from sciml.cli.config import apply_overrides, load_config
-from sciml.io.atomic import atomic_write_text
-from sciml.io.checkpoint import load_lightning_checkpoint
-from sciml.models.perturbation import PerturbationFlow
+from sciml.core.io.atomic import atomic_write_text
+from sciml.core.io.checkpoint import load_lightning_checkpoint
+from sciml.perturbation.module import PerturbationFlow
 from sciml.perturbation.evaluate import band_metrics, effects, split_predictions
 from sciml.perturbation.uncertainty import EffectBands
-from sciml.tasks import DATAMODULES
-from sciml.train import train
+from sciml.core.registry import build_datamodule
+from sciml.core.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
 METRICS = ["pearson_delta", "pearson_delta_de", "mse", "mae", "mse_de", "de_overlap", "discrimination", "energy",
@@ -92,7 +92,7 @@ def run_case(name: str, cfg: dict, run_dir: Path, n_cells: int, alpha: float, tr
     """
     seed = int(cfg.get("seed", 0))
     module, train_s = train_flow(cfg, run_dir)
-    dm = DATAMODULES["perturbation"](cfg, None)
+    dm = build_datamodule(cfg, None)
     start = time.perf_counter()
     test_cells = split_predictions(module, dm, "test", n_cells, seed)
     gen_s = time.perf_counter() - start

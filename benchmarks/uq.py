@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sciml.io.atomic import atomic_write_text
+from sciml.core.io.atomic import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "materials"

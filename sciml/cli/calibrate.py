@@ -3,7 +3,7 @@
 The labelled data (a CSV with a ``cif`` column and the target column, or a folder with ``id_prop.csv``) is
 split at random into a fitting part and a held-out part. The new calibrator is fitted on the fitting part only;
 the coverage and mean width of the old and the new calibrator are measured on the held-out part and printed.
-The artifact folder is then rewritten atomically (:func:`sciml.io.atomic.atomic_directory`): the same weights
+The artifact folder is then rewritten atomically (:func:`sciml.core.io.atomic.atomic_directory`): the same weights
 (their ``weights_sha256`` stays valid), the new ``calibrator.json``, and ``metadata.json`` with a
 ``recalibration`` record (data checksum, sizes, coverages, ``calibrator_sha256``).
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from sciml.uq.groups import GROUP_FUNCTIONS
+from sciml.crystal.calibration import GROUP_FUNCTIONS
 
 METHODS = ("split", "mondrian", "multigroup")
 
@@ -46,7 +46,7 @@ def predict_labelled(predictor, table, batch_size: int = 64) -> tuple[torch.Tens
     """Model mean and σ (``None`` without a σ head), float64 ``(n,)``, for the structures of ``table``."""
     from torch_geometric.data import Batch
 
-    from sciml.data.graphs import structure_to_graph
+    from sciml.crystal.data.graphs import structure_to_graph
 
     graphs = [structure_to_graph(s, predictor.graph, str(i)) for i, s in zip(table["id"], table["structure"],
                                                                              strict=True)]
@@ -68,8 +68,8 @@ def _measure(cal, mean, sigma, y, structures, alpha) -> dict:
 
 def write_calibrator(folder: Path, calibrator: dict, record: dict) -> None:
     """Rewrite the artifact folder atomically with a new ``calibrator.json`` and a ``recalibration`` record."""
-    from sciml.io.artifact import load_artifact
-    from sciml.io.atomic import atomic_directory
+    from sciml.core.io.artifact import load_artifact
+    from sciml.core.io.atomic import atomic_directory
 
     metadata = load_artifact(folder).metadata  # verifies the weights checksum before anything is replaced
     text = json.dumps(calibrator)
@@ -97,9 +97,9 @@ def recalibrate(model: str, data: str, method: str = "split", alpha: float = 0.1
                 group_by: str | None = None, target: str | None = None, holdout: float = 0.5,
                 seed: int = 0) -> dict:
     """Refit and write the calibrator of the artifact ``model`` on ``data``; return the record."""
-    from sciml.crystal.model import load_model
-    from sciml.data.crystal import file_sha256
-    from sciml.data.sources import read_labelled
+    from sciml.crystal.artifact import load_model
+    from sciml.crystal.data.datamodule import file_sha256
+    from sciml.crystal.data.sources import read_labelled
     from sciml.uq import check_alpha
     from sciml.uq.groups import build_calibrator, fit_calibrator
 

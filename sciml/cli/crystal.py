@@ -27,7 +27,7 @@ def run_predict(args, overrides: list[str]) -> int:
     import torch
 
     from sciml.crystal import iter_prediction_rows, load_model
-    from sciml.crystal.model import DEFAULT_MODEL
+    from sciml.crystal.artifact import DEFAULT_MODEL
     from sciml.crystal.write import write_rows
 
     if args.threads:

@@ -1,6 +1,6 @@
 """``sciml data grn --output sim.h5ad [--config grn.yaml] [--seed S] [--grn.<key> value ...]``.
 
-Simulates a perturbation screen on a random gene regulatory network (:mod:`sciml.cells.simulate`) and writes it
+Simulates a perturbation screen on a random gene regulatory network (:mod:`sciml.perturbation.sim.simulate`) and writes it
 as ``.h5ad`` (GEARS ``obs['condition']``, ``layers['counts']``, ground truth in ``uns['grn']``); prints the share
 of doubles whose interaction exceeds the noise floor.
 """
@@ -22,8 +22,8 @@ def add_parser(sub, name: str) -> None:
 
 def run(args, overrides: list[str]) -> int:
     """Simulate, write atomically, print a one-line JSON summary."""
-    from sciml.cells.anndata_io import write_h5ad
-    from sciml.cells.simulate import SimConfig, simulate
+    from sciml.perturbation.data.anndata_io import write_h5ad
+    from sciml.perturbation.sim.simulate import SimConfig, simulate
     from sciml.cli.config import apply_overrides, load_config
 
     cfg = load_config(args.config) if args.config else {}

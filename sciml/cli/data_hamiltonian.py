@@ -52,8 +52,8 @@ def run(args, overrides: list[str]) -> int:
         raise ValueError(f"--n must be >= 1, got {args.n}")
     if args.crystal:
         return _run_crystal(args)
-    from sciml.hamiltonian.gen_molecules import builtin_molecule, displaced_conformers, read_xyz_frames
-    from sciml.hamiltonian.generate import MoleculeJob, SCFSettings, generate_molecules
+    from sciml.hamiltonian.data.gen_molecules import builtin_molecule, displaced_conformers, read_xyz_frames
+    from sciml.hamiltonian.data.generate import MoleculeJob, SCFSettings, generate_molecules
 
     sigma = 0.05 if args.sigma is None else args.sigma
     if args.molecule:
@@ -78,7 +78,7 @@ def run(args, overrides: list[str]) -> int:
 
 
 def _run_crystal(args) -> int:
-    from sciml.hamiltonian.gen_crystal import CrystalSettings, generate_crystals
+    from sciml.hamiltonian.data.gen_crystal import CrystalSettings, generate_crystals
 
     if args.format == "npz":
         raise ValueError("crystals are written as DeepH folders (H(R) blocks); use --format deeph")

@@ -19,7 +19,7 @@ def add_parser(sub, name: str) -> None:
 def run(args, overrides: list[str]) -> int:
     """Export and print the measured metrics."""
     from sciml.cli.config import load_config
-    from sciml.export import export
+    from sciml.core.export import export
 
     cfg = load_config(args.config) if args.config else None
     metrics = export(args.ckpt, args.output, calibrate=args.calibrate, alpha=args.alpha, config=cfg)

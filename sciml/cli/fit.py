@@ -30,11 +30,11 @@ def run(args, overrides: list[str]) -> int:
     cfg = apply_overrides(load_config(args.config), overrides)
     try:
         if args.verb_name == "fit":
-            from sciml.train import train
+            from sciml.core.train import train
 
             metrics = train(cfg, ckpt_path=args.ckpt_path)
         else:
-            from sciml.train import evaluate
+            from sciml.core.train import evaluate
 
             metrics = evaluate(cfg, args.ckpt_path, stage=args.verb_name)
     except SIGTERMException:  # Lightning stops at the next batch; a SystemExit that would exit 0

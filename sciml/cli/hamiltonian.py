@@ -89,7 +89,7 @@ def run_predict(args, overrides: list[str]) -> int:
     check_alpha_arg(args.alpha)
     if args.reference is not None and len(args.reference) != len(args.inputs):
         raise ValueError(f"--reference needs one file per input ({len(args.inputs)}), got {len(args.reference)}")
-    from sciml.io.artifact import load_artifact
+    from sciml.core.io.artifact import load_artifact
 
     if args.model and load_artifact(args.model).config.get("task") == "hamiltonian-crystal":
         return _run_crystal(args)  # inputs are DeepH crystal folders carrying H0 and S

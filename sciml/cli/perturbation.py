@@ -47,7 +47,7 @@ def run_predict(args, overrides: list[str]) -> int:
 
     import torch
 
-    from sciml.cells.table import read_control_cells
+    from sciml.perturbation.data.table import read_control_cells
     from sciml.perturbation import DEFAULT_MODEL, load_model, parse_perturbations, predict_effects
     from sciml.perturbation.write import write_prediction
 

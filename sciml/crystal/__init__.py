@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from sciml.crystal.model import CrystalPredictor, load_model
+from sciml.crystal.artifact import CrystalPredictor, load_model
 from sciml.crystal.predict import iter_prediction_rows, predict
 
 __all__ = ["CrystalPredictor", "iter_prediction_rows", "load_model", "predict"]

@@ -12,11 +12,11 @@ from pymatgen.core import Element
 from torch_geometric.data import Batch
 from tqdm.auto import tqdm
 
-from sciml.crystal.model import DEFAULT_MODEL, CrystalPredictor, load_model
-from sciml.data.elements import MAX_Z
-from sciml.data.graphs import structure_to_graph
-from sciml.data.sources import iter_structures
-from sciml.data.structures import StructureError
+from sciml.crystal.artifact import DEFAULT_MODEL, CrystalPredictor, load_model
+from sciml.core.elements import MAX_Z
+from sciml.crystal.data.graphs import structure_to_graph
+from sciml.crystal.data.sources import iter_structures
+from sciml.core.structures import StructureError
 from sciml.uq.groups import predict_interval
 
 

@@ -7,9 +7,9 @@ import io
 from collections.abc import Iterable
 from contextlib import nullcontext
 
-from sciml.crystal.model import CrystalPredictor
+from sciml.crystal.artifact import CrystalPredictor
 from sciml.crystal.predict import columns
-from sciml.io.atomic import atomic_open
+from sciml.core.io.atomic import atomic_open
 
 
 def write_rows(rows: Iterable[dict], predictor: CrystalPredictor, path: str | None,

@@ -6,8 +6,8 @@ order, Hartree), the shared npz format (:func:`read_npz`, :func:`write_npz`), th
 (:func:`read_deeph`, :func:`write_deeph`) and Bloch sums for crystals (:mod:`sciml.hamiltonian.periodic`).
 """
 
-from sciml.hamiltonian.deeph import read_deeph, read_deeph_tree, write_deeph
-from sciml.hamiltonian.npz import read_npz, write_npz
+from sciml.hamiltonian.data.deeph import read_deeph, read_deeph_tree, write_deeph
+from sciml.hamiltonian.data.npz import read_npz, write_npz
 from sciml.hamiltonian.orbitals import OrbitalLayout, block_wigner, wigner_D
 from sciml.hamiltonian.structure import HamiltonianStructure
 

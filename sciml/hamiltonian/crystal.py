@@ -2,7 +2,7 @@
 
 A crystal's items are its DeepH blocks: on-site blocks ``(R = 0, i, i)`` are nodes, every other block
 ``(R, i, j)`` is an edge with vector ``r = x_j + R·L − x_i`` (Å; lattice vectors as rows of ``L``). The
-:class:`~sciml.nn.hamiltonian.ridge.TensorProductRidge` model (E(3)-equivariant, fitted in closed form) predicts
+:class:`~sciml.hamiltonian.nn.ridge.TensorProductRidge` model (E(3)-equivariant, fitted in closed form) predicts
 ``ΔH(R) = H(R) − H0(R)`` block by block; blocks are symmetrised with their partners,
 ``H_ij(R) = ½ (B_ij(R) + B_ji(−R)ᵀ)``, and band energies come from Bloch sums
 (:func:`sciml.hamiltonian.periodic.structure_bands`). The equivariant network trained with a band-energy loss on
@@ -16,12 +16,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sciml.hamiltonian.data import bases
+from sciml.hamiltonian.data.datamodule import bases
 from sciml.hamiltonian.orbitals import OrbitalLayout
 from sciml.hamiltonian.periodic import structure_bands
 from sciml.hamiltonian.structure import HamiltonianStructure
 from sciml.hamiltonian.units import HARTREE_MEV
-from sciml.nn.hamiltonian.ridge import TensorProductRidge
+from sciml.hamiltonian.nn.ridge import TensorProductRidge
 
 #: radial Gaussians covering periodic pair blocks out to ~14 Å
 CRYSTAL_RIDGE = {"lmax": 2, "lam": 1e-6, "centres": [1.5, 2.5, 3.5, 4.5, 6.0, 8.0, 10.0, 12.0], "width": 1.2}
@@ -133,7 +133,7 @@ def crystal_errors(pred: HamiltonianStructure, ref: HamiltonianStructure, layout
 
 def read_crystals(root: str | Path) -> tuple[list[HamiltonianStructure], OrbitalLayout]:
     """Every periodic DeepH folder under ``root`` (any elements; layouts merged), sorted by path."""
-    from sciml.hamiltonian.deeph import read_deeph_tree
+    from sciml.hamiltonian.data.deeph import read_deeph_tree
 
     if not any(Path(root).rglob("element.dat")):
         raise FileNotFoundError(f"{root}: no DeepH folders (with element.dat); make some with "

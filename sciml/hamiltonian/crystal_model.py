@@ -28,11 +28,11 @@ import numpy as np
 import torch
 
 from sciml.hamiltonian.crystal import CRYSTAL_RIDGE, fit_crystal_ridge, predict_crystal
-from sciml.hamiltonian.data import bases
+from sciml.hamiltonian.data.datamodule import bases
 from sciml.hamiltonian.orbitals import OrbitalLayout
 from sciml.hamiltonian.periodic import structure_bands
 from sciml.hamiltonian.structure import HamiltonianStructure
-from sciml.nn.hamiltonian.ridge import TensorProductRidge
+from sciml.hamiltonian.nn.ridge import TensorProductRidge
 
 #: generator settings a crystal model stores (keys of ``CrystalSettings`` read from the training meta)
 GENERATOR_KEYS = ("xc", "basis", "pseudo", "kmesh", "fock_kmesh", "cutoff", "ke_cutoff")
@@ -141,7 +141,7 @@ def save_crystal_model(path, ridge: TensorProductRidge, layout: OrbitalLayout, s
     ``net``: a trained :class:`~sciml.hamiltonian.crystal_net.CrystalNet` whose ridge is ``ridge``; ``network``
     the facts recorded with it (``loss``, ``train``, ``history``); its ``settings`` are taken from ``net``.
     """
-    from sciml.io.artifact import save_artifact
+    from sciml.core.io.artifact import save_artifact
 
     config = {"task": "hamiltonian-crystal", "layout": layout.to_dict(), "ridge": settings | {"shapes": ridge.shapes},
               "generator": generator}
@@ -163,7 +163,7 @@ def save_crystal_model(path, ridge: TensorProductRidge, layout: OrbitalLayout, s
 def load_crystal_model(path) -> CrystalModel:
     """Load a ``hamiltonian-crystal`` artifact (strict weights, JSON calibrator)."""
     import sciml.uq.mondrian  # noqa: F401  (registers the "mondrian" calibrator)
-    from sciml.io.artifact import ArtifactError, load_artifact
+    from sciml.core.io.artifact import ArtifactError, load_artifact
     from sciml.uq.split import calibrator_from_dict
 
     art = load_artifact(path)

@@ -6,12 +6,12 @@ The prediction of ``ΔH = H − H0`` per item is
 
     ΔH = ridge(H0, r) + σ_t · net(Ĥ0, r)          (edges with |r| ≤ cutoff; ridge alone beyond),
 
-with :class:`~sciml.nn.hamiltonian.HamiltonianNet` on the sub-graph of edges within ``network["cutoff"]`` (Å;
+with :class:`~sciml.hamiltonian.nn.HamiltonianNet` on the sub-graph of edges within ``network["cutoff"]`` (Å;
 default 6 Å: the nearest 46 (Si) to 158 (C) images per atom; the crystal edges reach 11–14 Å and running the
 network on all ~980 per cell costs 3–10× more for blocks of ~µHa). Inputs ``Ĥ0`` are H0 irreps normalised
-per type (:class:`~sciml.nn.hamiltonian.normalize.IrrepsNormalizer`, training statistics); the output scale
+per type (:class:`~sciml.hamiltonian.nn.normalize.IrrepsNormalizer`, training statistics); the output scale
 ``σ_t`` is the per-type, per-irrep RMS of the training residual ``ΔH − ridge`` with the mean set to zero, and
-the read-outs start at zero (as in :class:`~sciml.models.hamiltonian.HamiltonianModule`), so an untrained model
+the read-outs start at zero (as in :class:`~sciml.hamiltonian.module.HamiltonianModule`), so an untrained model
 is exactly the ridge. Everything runs in float64.
 """
 
@@ -21,12 +21,12 @@ import torch
 from torch import nn
 
 from sciml.hamiltonian.crystal import crystal_items, ridge_irreps, structure_from_irreps
-from sciml.hamiltonian.data import bases
+from sciml.hamiltonian.data.datamodule import bases
 from sciml.hamiltonian.orbitals import OrbitalLayout
 from sciml.hamiltonian.structure import HamiltonianStructure
-from sciml.nn.hamiltonian import HamiltonianNet
-from sciml.nn.hamiltonian.normalize import IrrepsNormalizer
-from sciml.nn.hamiltonian.ridge import TensorProductRidge
+from sciml.hamiltonian.nn import HamiltonianNet
+from sciml.hamiltonian.nn.normalize import IrrepsNormalizer
+from sciml.hamiltonian.nn.ridge import TensorProductRidge
 
 #: network settings for the 2-atom gth-szv cells (s, p shells: block irreps up to L = 2); ~70k parameters
 CRYSTAL_NET = {"hidden": "16x0e+8x1o+8x1e+4x2e+4x2o", "lmax": 2, "n_layers": 2, "n_rbf": 16, "cutoff": 6.0,

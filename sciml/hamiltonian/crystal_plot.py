@@ -19,7 +19,7 @@ def plot_bands(row: dict, path: str | Path) -> Path:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from sciml.io.figures import save_png
+    from sciml.core.io.figures import save_png
 
     kp = row["kpath"]
     x, bands, occ = np.asarray(kp["x"]), np.asarray(kp["bands_ev"]), row["n_occupied"]

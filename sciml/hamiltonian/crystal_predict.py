@@ -1,7 +1,7 @@
 """Predict crystal Hamiltonians H(R) and band structures from structure files (CIF, POSCAR, ...) or DeepH folders.
 
-Per input: read the structure (:func:`sciml.data.structures.read_structure`), build H0(R) and S(R) with
-pyscf.pbc at the model's stored generator settings (:func:`sciml.hamiltonian.gen_crystal.crystal_zeroth_step`;
+Per input: read the structure (:func:`sciml.core.structures.read_structure`), build H0(R) and S(R) with
+pyscf.pbc at the model's stored generator settings (:func:`sciml.hamiltonian.data.gen_crystal.crystal_zeroth_step`;
 DeepH folders already carry them), predict H(R) (the ridge, plus the network residual when the artifact has one:
 :meth:`sciml.hamiltonian.crystal_model.CrystalModel.predict`), and write
 ``<output>/<name>/deeph/`` plus ``bands.json``: band energies (eV) along the high-symmetry k-path of the lattice
@@ -64,9 +64,9 @@ def kpath(numbers, positions, lattice, n: int = 60, symprec: float = 0.1) -> tup
 
 def structure_from_file(path, model: CrystalModel, threads: int = 1) -> HamiltonianStructure:
     """Read a crystal structure file and build its H0(R) and S(R) with pyscf.pbc at the model's settings."""
-    from sciml.data.structures import read_structure
-    from sciml.hamiltonian.gen_crystal import CrystalSettings, crystal_zeroth_step
-    from sciml.hamiltonian.generate import import_pyscf
+    from sciml.core.structures import read_structure
+    from sciml.hamiltonian.data.gen_crystal import CrystalSettings, crystal_zeroth_step
+    from sciml.hamiltonian.data.generate import import_pyscf
     from sciml.hamiltonian.predict import check_elements
 
     st = read_structure(path)
@@ -136,7 +136,7 @@ def predict_one(s: HamiltonianStructure, model: CrystalModel, alpha: float, n_pa
 
 
 def _read_input(path, model: CrystalModel, threads: int) -> HamiltonianStructure:
-    from sciml.hamiltonian.deeph import read_deeph
+    from sciml.hamiltonian.data.deeph import read_deeph
 
     path = Path(path)
     if not path.exists():
@@ -154,8 +154,8 @@ def _read_input(path, model: CrystalModel, threads: int) -> HamiltonianStructure
 def predict_crystal_inputs(paths, model_path, output, alpha: float = 0.1, n_path: int = 60, references=None,
                            plot: bool = False, threads: int = 1, symprec: float = 0.1):
     """Yield one ``bands.json`` row per input (structure file or DeepH folder) after writing its folder."""
-    from sciml.hamiltonian.deeph import read_deeph, write_deeph
-    from sciml.io.atomic import atomic_write_text
+    from sciml.hamiltonian.data.deeph import read_deeph, write_deeph
+    from sciml.core.io.atomic import atomic_write_text
 
     model = load_crystal_model(model_path)
     for k, path in enumerate(paths):

@@ -15,8 +15,8 @@ import torch
 
 from sciml.hamiltonian.loss import gauge_shift, matrix_mae, orbital_energies
 from sciml.hamiltonian.units import HARTREE_MEV
-from sciml.io.artifact import save_artifact
-from sciml.models.hamiltonian import HamiltonianModule
+from sciml.core.io.artifact import save_artifact
+from sciml.hamiltonian.module import HamiltonianModule
 from sciml.uq import SplitConformal, coverage, mean_width
 
 
@@ -110,15 +110,15 @@ def model_card(name: str, cfg: dict, metrics: dict, sizes: dict) -> str:
         "- Intervals are split-conformal over orbitals of exchangeable structures (marginal over orbitals).", ""])
 
 
-def export_hamiltonian(ckpt: str | Path, state: dict, output: str | Path, cfg: dict, calibrate_: bool = True,
-                       alpha: float = 0.1, score: str | None = None) -> dict:
+def export(ckpt: str | Path, state: dict, output: str | Path, cfg: dict, calibrate_: bool = True,
+           alpha: float = 0.1, score: str | None = None) -> dict:
     """Export the checkpoint ``ckpt`` (already loaded as ``state``) of a Hamiltonian run to ``output``."""
-    from sciml.tasks import DATAMODULES
+    from sciml.hamiltonian.task import datamodule
 
     hparams = dict(state["hyper_parameters"])
     module = HamiltonianModule(**hparams)
     module.load_state_dict(state["state_dict"], strict=True)
-    dm = DATAMODULES["hamiltonian"](cfg, None)
+    dm = datamodule(cfg, None)
     cal, metrics = calibrate(module, dm, alpha, score or cfg.get("calibration", {}).get("score", "absolute"))
     art_cfg = {"task": "hamiltonian", "module": hparams, "data": cfg["data"]}
     metadata = {"task": "hamiltonian", "target": {"name": "orbital_energies", "unit": "hartree"},

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from sciml.nn.hamiltonian.blocks import BlockBasis
+from sciml.hamiltonian.nn.blocks import BlockBasis
 
 
 def _scatter_blocks(flat, values, types, rows_atom, cols_atom, graph, batch, basis: BlockBasis):

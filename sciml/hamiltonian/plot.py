@@ -17,7 +17,7 @@ def plot_levels(row: dict, path: str | Path, core_ev: float = -100.0) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from sciml.io.figures import save_png
+    from sciml.core.io.figures import save_png
 
     eps, lo, hi = row["orbital_energies_ev"], row["lower_ev"], row["upper_ev"]
     ref = row.get("reference_orbital_energies_ev")

@@ -16,12 +16,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sciml.hamiltonian.data import bases, collate, structure_to_sample
+from sciml.hamiltonian.data.datamodule import bases, collate, structure_to_sample
 from sciml.hamiltonian.orbitals import OrbitalLayout
 from sciml.hamiltonian.structure import HamiltonianStructure
 from sciml.hamiltonian.units import HARTREE_EV
-from sciml.io.artifact import ArtifactError, load_artifact
-from sciml.models.hamiltonian import HamiltonianModule
+from sciml.core.io.artifact import ArtifactError, load_artifact
+from sciml.hamiltonian.module import HamiltonianModule
 from sciml.uq.split import calibrator_from_dict
 
 DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "checkpoints" / "water-pbe-def2svp"
@@ -86,7 +86,7 @@ def zeroth_step(numbers, positions, basis: str, xc: str, layout: OrbitalLayout, 
 
     Raises ImportError (one line) without pyscf, ValueError when pyscf's basis differs from the model's.
     """
-    from sciml.hamiltonian.generate import import_pyscf
+    from sciml.hamiltonian.data.generate import import_pyscf
 
     import_pyscf()
     from pyscf import dft, gto
@@ -167,8 +167,8 @@ def write_prediction(folder: Path, structure: HamiltonianStructure, result: dict
     """
     import json
 
-    from sciml.hamiltonian.deeph import write_deeph
-    from sciml.io.atomic import atomic_open, atomic_write_text
+    from sciml.hamiltonian.data.deeph import write_deeph
+    from sciml.core.io.atomic import atomic_open, atomic_write_text
 
     layout, numbers = predictor.layout, structure.numbers
     h_e3nn = result["hamiltonian"]

@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from sciml.perturbation.model import DEFAULT_MODEL, PerturbationPredictor, load_model
+from sciml.perturbation.artifact import DEFAULT_MODEL, PerturbationPredictor, load_model
 from sciml.perturbation.predict import generate, parse_perturbations, predict_effects
 
 __all__ = ["DEFAULT_MODEL", "PerturbationPredictor", "generate", "load_model", "parse_perturbations",

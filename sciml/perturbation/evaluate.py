@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from sciml.models.perturbation import PerturbationFlow
+from sciml.perturbation.module import PerturbationFlow
 from sciml.perturbation.predict import generate
 from sciml.perturbation.uncertainty import EffectBands
 

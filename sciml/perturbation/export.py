@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sciml.io.artifact import save_artifact
-from sciml.models.perturbation import PerturbationFlow
+from sciml.core.io.artifact import save_artifact
+from sciml.perturbation.module import PerturbationFlow
 from sciml.perturbation.evaluate import band_metrics, effects, split_predictions
 from sciml.perturbation.uncertainty import EffectBands
 
@@ -39,18 +39,18 @@ def model_card(name: str, cfg: dict, data: dict, metrics: dict, alpha: float) ->
     return "\n".join(lines)
 
 
-def export_perturbation(ckpt: str | Path, state: dict, output: str | Path, cfg: dict, calibrate: bool = True,
-                        alpha: float = 0.1, n_cells: int = 128, seed: int = 0) -> dict:
+def export(ckpt: str | Path, state: dict, output: str | Path, cfg: dict, calibrate: bool = True,
+           alpha: float = 0.1, score: str | None = None, n_cells: int = 128, seed: int = 0) -> dict:
     """Export ``ckpt`` (already loaded as ``state``, trained with ``cfg``) to ``output``; return test metrics."""
-    from sciml.cells.metrics import evaluate
-    from sciml.tasks import DATAMODULES
+    from sciml.perturbation.metrics import evaluate
+    from sciml.perturbation.task import datamodule
 
     ckpt = Path(ckpt)
     hparams = dict(state["hyper_parameters"])
     module = PerturbationFlow(**hparams)
     module.load_state_dict(state["state_dict"], strict=True)
     module.eval()
-    dm = DATAMODULES["perturbation"](cfg, None)
+    dm = datamodule(cfg, None)
     test_cells = split_predictions(module, dm, "test", n_cells, seed)
     table = evaluate(test_cells, dm, "test", seed)
     metrics = {k: float(table[k].mean()) for k in HEADLINE if k in table}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sciml.io.figures import save_png
+from sciml.core.io.figures import save_png
 
 
 def plot_cells(path: str | Path, ctrl: np.ndarray, result: dict, real: dict | None = None) -> Path:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from sciml.models.perturbation import PerturbationFlow
-from sciml.perturbation.model import PerturbationPredictor
+from sciml.perturbation.module import PerturbationFlow
+from sciml.perturbation.artifact import PerturbationPredictor
 
 MAX_CELLS_PER_CALL = 512  # cells integrated together (bounds memory: cells × genes × width per attention map)
 

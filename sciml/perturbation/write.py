@@ -37,6 +37,6 @@ def to_anndata(result: dict, genes: list[str], info: dict):
 
 def write_prediction(result: dict, genes: list[str], info: dict, path: str | Path) -> Path:
     """Write :func:`to_anndata` to ``path`` atomically (``.h5ad``)."""
-    from sciml.cells.anndata_io import write_h5ad
+    from sciml.perturbation.data.anndata_io import write_h5ad
 
     return write_h5ad(to_anndata(result, genes, info), path)

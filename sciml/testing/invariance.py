@@ -12,7 +12,7 @@ import torch
 from pymatgen.core import Lattice, Structure
 from torch_geometric.data import Batch
 
-from sciml.data.graphs import GraphSettings, structure_to_graph
+from sciml.crystal.data.graphs import GraphSettings, structure_to_graph
 
 
 def random_orthogonal(rng: np.random.Generator, parity: bool = True) -> np.ndarray:

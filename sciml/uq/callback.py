@@ -9,9 +9,9 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
-from sciml import keys
-from sciml.io.atomic import atomic_write_text
-from sciml.io.checkpoint import load_lightning_checkpoint
+from sciml.core import keys
+from sciml.core.io.atomic import atomic_write_text
+from sciml.core.io.checkpoint import load_lightning_checkpoint
 from sciml.uq.groups import build_calibrator, fit_calibrator, loader_structures, structure_groups
 
 
@@ -78,7 +78,8 @@ class ConformalCallback(L.Callback):
     calibration : dict, optional
         The run config's ``calibration`` block: ``method`` (``split`` default, or ``mondrian``) and
         ``group_by`` (:data:`sciml.uq.groups.GROUP_FUNCTIONS`); group labels are computed per rank from the
-        calibration graphs and gathered with the predictions.
+        items the module's ``batch_items(batch)`` returns (structures, for crystal models) and gathered with
+        the predictions.
 
     """
 
@@ -98,7 +99,11 @@ class ConformalCallback(L.Callback):
             loader = shard_loader(loader, trainer.global_rank, trainer.world_size)
         mean, sigma, y = collect_predictions(pl_module, loader)
         calibrator = build_calibrator(self.calibration, self.score, self.alpha)
-        structures = loader_structures(calibrator, loader)
+        to_items = getattr(pl_module, "batch_items", None)  # a model whose calibrator groups says how
+        if getattr(calibrator, "group_by", None) is not None and to_items is None:
+            raise ValueError(f"calibration groups by {calibrator.group_by!r} but {type(pl_module).__name__} "
+                             "has no batch_items(batch); use method 'split'")
+        structures = loader_structures(calibrator, loader, to_items)
         single = structures is not None and isinstance(calibrator.group_by, str)  # Mondrian: one label each
         if structures is not None and not single and trainer.world_size > 1:
             raise ValueError("calibration method 'multigroup' is fitted in one process: set it for `sciml export` "

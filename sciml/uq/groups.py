@@ -1,4 +1,4 @@
-"""Group functions for Mondrian calibration of crystal models, and calibrator-agnostic fit/predict helpers.
+"""Group-function registry for Mondrian calibration, and calibrator-agnostic fit/predict helpers.
 
 A Mondrian calibrator may carry ``group_by``, the name of a function in :data:`GROUP_FUNCTIONS` mapping a
 structure to an integer group. :func:`build_calibrator`, :func:`fit_calibrator` and :func:`predict_interval`
@@ -6,8 +6,8 @@ hide the difference between plain and group-conditional calibrators, so model co
 ``calibrate`` verb) never branches on the method: ``calibration: {method: mondrian, group_by: crystal_system}``
 in a run config is enough.
 
-Groups: ``crystal_system`` (0 triclinic … 6 cubic, pymatgen's spglib analysis at ``symprec = 0.1`` Å) and
-``anion`` (atomic number of the most electronegative element, Pauling scale; the anion of ionic solids).
+Group functions are registered by the model families (crystal: ``crystal_system`` and ``anion``, in
+:mod:`sciml.crystal.calibration`); this module knows none of them.
 """
 
 from __future__ import annotations
@@ -22,29 +22,17 @@ from .mondrian import MondrianConformal
 from .multigroup import MultiGroupConformal
 from .split import CALIBRATORS, SplitConformal
 
-__all__ = ["GROUP_FUNCTIONS", "build_calibrator", "fit_calibrator", "graph_structures", "loader_structures",
-           "predict_interval", "structure_groups", "structure_members"]
+__all__ = ["GROUP_FUNCTIONS", "build_calibrator", "fit_calibrator", "loader_structures",
+           "predict_interval", "register_group_function", "structure_groups", "structure_members"]
 
-CRYSTAL_SYSTEMS = ("triclinic", "monoclinic", "orthorhombic", "tetragonal", "trigonal", "hexagonal", "cubic")
-
-
-def crystal_system(structure) -> int:
-    """Index of the crystal system in :data:`CRYSTAL_SYSTEMS` (spglib, ``symprec = 0.1`` Å)."""
-    from pymatgen.symmetry.analyzer import SpacegroupAnalyzer
-
-    try:
-        name = SpacegroupAnalyzer(structure, symprec=0.1).get_crystal_system()
-    except Exception:  # spglib failure on a distorted cell: lowest symmetry
-        return 0
-    return CRYSTAL_SYSTEMS.index(name)
+GROUP_FUNCTIONS: dict[str, Callable[[Any], int]] = {}
+"""Group functions by name, ``item -> int``. Model families register theirs (``sciml.crystal.calibration``)."""
 
 
-def anion(structure) -> int:
-    """Atomic number of the most electronegative element (ties: the heavier)."""
-    return max(structure.composition.elements, key=lambda el: (el.X if el.X == el.X else 0.0, el.Z)).Z
-
-
-GROUP_FUNCTIONS: dict[str, Callable[[Any], int]] = {"crystal_system": crystal_system, "anion": anion}
+def register_group_function(name: str, fn: Callable[[Any], int]) -> Callable[[Any], int]:
+    """Make ``fn`` (an item, e.g. a structure, to an integer group) available to calibrators as ``group_by: name``."""
+    GROUP_FUNCTIONS[name] = fn
+    return fn
 
 
 def structure_groups(name: str, structures: Iterable) -> Tensor:
@@ -67,20 +55,6 @@ def structure_members(names: list[str], structures: list,
     members = torch.tensor([[labels[name][i] == v for name, v in columns] for i in range(len(structures))],
                            dtype=torch.bool).reshape(len(structures), len(columns))
     return members, columns
-
-
-def graph_structures(batch) -> list:
-    """Rebuild pymatgen structures from a batch of crystal graphs (``z``, ``pos``, ``cell``)."""
-    from pymatgen.core import Lattice, Structure
-
-    from sciml import keys
-
-    out = []
-    for data in batch.to_data_list() if hasattr(batch, "to_data_list") else batch:
-        cell = data[keys.CELL].reshape(3, 3).double().cpu().numpy()
-        out.append(Structure(Lattice(cell), data[keys.ATOMIC_NUMBERS].tolist(),
-                             data[keys.POS].double().cpu().numpy(), coords_are_cartesian=True))
-    return out
 
 
 def build_calibrator(cfg: Mapping[str, Any] | None, score: str, alpha: float) -> nn.Module:
@@ -145,8 +119,8 @@ def predict_interval(cal: nn.Module, pred: Tensor, sigma: Tensor | None, alpha: 
     return cal.score_fn.predict_set(pred, cal.threshold_or_inf(groups, alpha), sigma)  # unseen group: no bound
 
 
-def loader_structures(cal: nn.Module, loader) -> list | None:
-    """Structures of every graph in ``loader`` (in order) when ``cal`` groups by structure, else ``None``."""
+def loader_structures(cal: nn.Module, loader, to_items: Callable[[Any], list]) -> list | None:
+    """Items (``to_items(batch)``, e.g. structures) of every batch of ``loader`` when ``cal`` groups, else ``None``."""
     if getattr(cal, "group_by", None) is None:
         return None
-    return [s for batch in loader for s in graph_structures(batch)]
+    return [s for batch in loader for s in to_items(batch)]

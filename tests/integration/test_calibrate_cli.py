@@ -35,7 +35,7 @@ def _sha(path: Path) -> str:
 
 def test_split_refit_writes_calibrator_and_record(model: Path, data: Path, capsys) -> None:
     """Exit 0; before/after printed; calibrator.json replaced; weights and their checksum untouched."""
-    from sciml.crystal.model import load_model
+    from sciml.crystal.artifact import load_model
 
     weights = _sha(model / "weights.safetensors")
     assert main(["calibrate", "--model", str(model), "--data", str(data), "--method", "split",

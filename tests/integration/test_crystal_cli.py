@@ -10,7 +10,7 @@ import torch
 
 from sciml.cli.main import main
 from sciml.crystal import load_model, predict
-from sciml.io.artifact import ArtifactError
+from sciml.core.io.artifact import ArtifactError
 
 from .conftest import ROOT
 

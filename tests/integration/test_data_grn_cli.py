@@ -10,9 +10,9 @@ import yaml
 
 pytest.importorskip("anndata")
 
-from sciml.cells.anndata_io import read_h5ad  # noqa: E402
-from sciml.cells.baselines import Additive  # noqa: E402
-from sciml.cells.datamodule import PerturbationDataModule  # noqa: E402
+from sciml.perturbation.data.anndata_io import read_h5ad  # noqa: E402
+from sciml.perturbation.baselines.simple import Additive  # noqa: E402
+from sciml.perturbation.data.datamodule import PerturbationDataModule  # noqa: E402
 from sciml.cli.main import main  # noqa: E402
 
 from .conftest import ROOT  # noqa: E402
@@ -37,7 +37,7 @@ def test_grn_cli_writes_readable_h5ad(tmp_path, capsys):
 
 
 def test_grn_cli_default_config_matches_dataclass():
-    from sciml.cells.simulate import SimConfig
+    from sciml.perturbation.sim.simulate import SimConfig
 
     cfg = yaml.safe_load((ROOT / "configs" / "data" / "grn_default.yaml").read_text())["grn"]
     SimConfig.from_dict(cfg)

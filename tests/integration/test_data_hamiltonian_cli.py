@@ -8,9 +8,9 @@ import pytest
 pytest.importorskip("pyscf")
 
 from sciml.cli.main import main
-from sciml.hamiltonian import generate
-from sciml.hamiltonian.deeph import read_deeph_tree
-from sciml.hamiltonian.npz import read_npz
+from sciml.hamiltonian.data import generate
+from sciml.hamiltonian.data.deeph import read_deeph_tree
+from sciml.hamiltonian.data.npz import read_npz
 
 TINY = ["--basis", "sto-3g", "--xc", "hf", "--conv-tol", "1e-9", "--no-progress"]
 

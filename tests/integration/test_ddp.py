@@ -3,7 +3,7 @@
 The runs see the same global batch: the 48 training structures in one batch (48 in one process, 24 per
 rank), so shuffling cannot make the runs differ, and per-rank losses are means over equal shards whose
 gradient average is the 1-process gradient. Dropout is off (per-process random masks); batch norm is
-synchronised across ranks (the DDP default of ``sciml.train``); validation (8 structures) splits evenly,
+synchronised across ranks (the DDP default of ``sciml.core.train``); validation (8 structures) splits evenly,
 and the 11 calibration structures split unevenly (6 + 5) to exercise the gather with true lengths.
 """
 
@@ -15,7 +15,7 @@ import subprocess
 import pytest
 
 from sciml.cli.config import apply_overrides, load_config
-from sciml.train import train
+from sciml.core.train import train
 
 from .conftest import sciml_command
 

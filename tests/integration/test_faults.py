@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from sciml.train import build_trainer, train
+from sciml.core.train import build_trainer, train
 
 from .conftest import ROOT, sciml_command
 
@@ -195,7 +195,7 @@ def test_sigusr1_saves_checkpoint_requeues_and_rerun_resumes(tiny_data, clean_en
 
 WRITER = """
 import sys, time
-from sciml.io.atomic import atomic_open
+from sciml.core.io.atomic import atomic_open
 path, mode = sys.argv[1], sys.argv[2]
 with (open(path, "w") if mode == "plain" else atomic_open(path, "w")) as f:
     f.write("id,value\\n")

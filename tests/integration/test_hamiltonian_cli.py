@@ -78,7 +78,7 @@ def test_predict_writes_matrices_levels_and_plot(tiny_run, tmp_path, capsys):
     assert (folder / "levels.png").stat().st_size > 0
     for name in ("hamiltonians.h5", "overlaps.h5", "element.dat", "orbital_types.dat", "info.json"):
         assert (folder / "deeph" / name).is_file()
-    from sciml.hamiltonian.deeph import read_deeph
+    from sciml.hamiltonian.data.deeph import read_deeph
 
     structure, layout = read_deeph(folder / "deeph")
     assert np.allclose(structure.to_dense("H", layout, order="pyscf"), h, atol=1e-12)
@@ -132,7 +132,7 @@ def test_shipped_water_model_is_accurate_on_a_dataset_conformer(tmp_path):
 
 @pytest.mark.skipif(not SHIPPED.is_dir(), reason="no shipped water checkpoint")
 def test_missing_pyscf_is_a_one_line_error(tmp_path, capsys, monkeypatch):
-    import sciml.hamiltonian.generate as generate
+    import sciml.hamiltonian.data.generate as generate
 
     def no_pyscf():
         raise ImportError("pyscf is not installed; install the quantum extra: pip install 'sciml[quantum]'")
@@ -148,7 +148,7 @@ def test_crystal_fit_and_predict_cli(tmp_path, capsys):
     """Synthetic Si-like crystals (tests/unit/test_hamiltonian_model_crystal.py) written as DeepH folders."""
     import shutil
 
-    from sciml.hamiltonian.deeph import write_deeph
+    from sciml.hamiltonian.data.deeph import write_deeph
     from tests.unit.test_hamiltonian_model_crystal import LAYOUT, crystal
 
     rng = np.random.default_rng(0)

@@ -22,7 +22,7 @@ SETTINGS = {"kmesh": (1, 1, 1), "fock_kmesh": (3, 3, 3), "cutoff": 6.0, "ke_cuto
 
 
 def make_data(root: Path, n: int) -> Path:
-    from sciml.hamiltonian.gen_crystal import CrystalSettings, generate_crystals
+    from sciml.hamiltonian.data.gen_crystal import CrystalSettings, generate_crystals
 
     generate_crystals("Si", n, 0.05, 0, CrystalSettings(**SETTINGS), root, progress=False)
     return root / "deeph" / "Si"
@@ -31,7 +31,7 @@ def make_data(root: Path, n: int) -> Path:
 def write_structure(folder: Path, path: Path) -> Path:
     from pymatgen.core import Lattice, Structure
 
-    from sciml.hamiltonian.deeph import read_deeph
+    from sciml.hamiltonian.data.deeph import read_deeph
 
     s, _ = read_deeph(folder)
     Structure(Lattice(s.lattice), s.numbers.tolist(), s.positions, coords_are_cartesian=True).to(filename=str(path))
@@ -105,7 +105,7 @@ def test_bad_crystal_inputs(fitted, tmp_path, capsys, monkeypatch):
     assert main(["hamiltonian", "predict", "--model", str(tmp_path / "old_model"), str(poscar), "--output",
                  str(tmp_path / "o")]) == 2
     assert "stores no pyscf.pbc generator settings" in capsys.readouterr().err
-    import sciml.hamiltonian.generate as generate
+    import sciml.hamiltonian.data.generate as generate
 
     def no_pyscf():
         raise ImportError("pyscf is not installed; install the extra: pip install 'sciml[quantum]'")

@@ -20,8 +20,8 @@ SIM = dict(seed=0, n_genes=20, n_masters=4, n_regulators=8, n_singles=6, n_doubl
 @pytest.fixture(scope="module")
 def artifact(tmp_path_factory):
     """A model trained for 3 steps on the real grn_default config (shrunk), exported with bands."""
-    from sciml.cells.anndata_io import write_h5ad
-    from sciml.cells.simulate import simulate
+    from sciml.perturbation.data.anndata_io import write_h5ad
+    from sciml.perturbation.sim.simulate import simulate
 
     tmp = tmp_path_factory.mktemp("pert")
     data = write_h5ad(simulate(SIM), tmp / "sim.h5ad")

@@ -9,7 +9,7 @@ import pytest
 
 from sciml.cli.main import main
 from sciml.crystal import load_model, predict
-from sciml.crystal.model import DEFAULT_MODEL
+from sciml.crystal.artifact import DEFAULT_MODEL
 
 from .conftest import ROOT
 

@@ -3,11 +3,11 @@ import pytest
 
 pytest.importorskip("anndata")
 
-from sciml.cells.anndata_io import write_h5ad  # noqa: E402
-from sciml.cells.baselines import Additive, Linear, NoChange, TrainMean, fit_baselines  # noqa: E402
-from sciml.cells.datamodule import PerturbationDataModule  # noqa: E402
-from sciml.cells.distances import energy_distance, mmd_rbf  # noqa: E402
-from sciml.cells.metrics import (  # noqa: E402
+from sciml.perturbation.data.anndata_io import write_h5ad  # noqa: E402
+from sciml.perturbation.baselines.simple import Additive, Linear, NoChange, TrainMean, fit_baselines  # noqa: E402
+from sciml.perturbation.data.datamodule import PerturbationDataModule  # noqa: E402
+from sciml.perturbation.distances import energy_distance, mmd_rbf  # noqa: E402
+from sciml.perturbation.metrics import (  # noqa: E402
     baseline_predictions,
     discrimination,
     evaluate,
@@ -15,7 +15,7 @@ from sciml.cells.metrics import (  # noqa: E402
     pearson,
     summarise,
 )
-from sciml.cells.toy import toy_adata  # noqa: E402
+from sciml.perturbation.sim.toy import toy_adata  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +104,7 @@ def test_noise_ceiling_and_missing_predictions(dm):
 
 
 def test_evaluate_baselines_table(dm):
-    from sciml.cells.compare import evaluate_baselines
+    from sciml.perturbation.compare import evaluate_baselines
 
     df = evaluate_baselines(dm)  # all control cells: shifted sample means are the predicted means exactly
     assert set(df["model"]) == {"no_change", "train_mean", "additive", "linear", "noise_ceiling"}
@@ -115,7 +115,7 @@ def test_evaluate_baselines_table(dm):
 
 
 def test_learned_combination_beats_additive_on_interacting_toy(tmp_path):
-    from sciml.cells.baselines import get_baseline
+    from sciml.perturbation.baselines.simple import get_baseline
 
     adata = toy_adata(n_genes=30, n_singles=8, cells=20, seed=4, interaction=-1.5)
     path = write_h5ad(adata, tmp_path / "inter.h5ad")
@@ -132,7 +132,7 @@ def test_learned_combination_beats_additive_on_interacting_toy(tmp_path):
 
 
 def test_simulator_baselines_one_seed(tmp_path):
-    from sciml.cells.compare import simulator_baselines
+    from sciml.perturbation.compare import simulator_baselines
 
     df = simulator_baselines(seeds=(0,), names=("additive",), workdir=str(tmp_path))
     assert set(df["model"]) == {"additive", "noise_ceiling"} and set(df["split"]) == {"test", "calib"}

@@ -1,6 +1,6 @@
 import pytest
 
-from sciml.cells.conditions import (
+from sciml.perturbation.data.conditions import (
     UnknownGeneError,
     canonical_label,
     check_genes,

@@ -7,12 +7,12 @@ import torch
 
 pytest.importorskip("anndata")
 
-from sciml.cells.anndata_io import write_h5ad  # noqa: E402
-from sciml.cells.batches import collate  # noqa: E402
-from sciml.cells.datamodule import PerturbationDataModule  # noqa: E402
-from sciml.cells.graph import coexpression_knn, read_edge_list  # noqa: E402
-from sciml.cells.pairing import ot_order  # noqa: E402
-from sciml.cells.toy import toy_adata  # noqa: E402
+from sciml.perturbation.data.anndata_io import write_h5ad  # noqa: E402
+from sciml.perturbation.data.batches import collate  # noqa: E402
+from sciml.perturbation.data.datamodule import PerturbationDataModule  # noqa: E402
+from sciml.perturbation.data.graph import coexpression_knn, read_edge_list  # noqa: E402
+from sciml.perturbation.data.pairing import ot_order  # noqa: E402
+from sciml.perturbation.sim.toy import toy_adata  # noqa: E402
 
 DEVEL = Path(__file__).resolve().parents[3] / "shared" / "data" / "cells" / "perturbench_devel.h5ad"
 

@@ -3,10 +3,10 @@ import pytest
 
 pytest.importorskip("anndata")
 
-from sciml.cells.anndata_io import DataError, read_h5ad, select_hvg, write_h5ad  # noqa: E402
-from sciml.cells.datamodule import PerturbationDataModule  # noqa: E402
-from sciml.cells.table import load_table  # noqa: E402
-from sciml.cells.toy import toy_adata  # noqa: E402
+from sciml.perturbation.data.anndata_io import DataError, read_h5ad, select_hvg, write_h5ad  # noqa: E402
+from sciml.perturbation.data.datamodule import PerturbationDataModule  # noqa: E402
+from sciml.perturbation.data.table import load_table  # noqa: E402
+from sciml.perturbation.sim.toy import toy_adata  # noqa: E402
 
 
 def write(adata, tmp_path, name="toy.h5ad"):
@@ -105,7 +105,7 @@ def test_hvg_keeps_perturbed_genes_in_var_order():
 
 
 def test_read_control_cells_for_prediction(tmp_path):
-    from sciml.cells.table import read_control_cells
+    from sciml.perturbation.data.table import read_control_cells
 
     adata = toy_adata(control_label="control", key="perturbation")
     genes = list(adata.var_names)

@@ -4,11 +4,11 @@ import torch
 
 pytest.importorskip("anndata")
 
-from sciml.cells.anndata_io import write_h5ad  # noqa: E402
-from sciml.cells.baselines import get_baseline  # noqa: E402
-from sciml.cells.datamodule import PerturbationDataModule  # noqa: E402
-from sciml.cells.perturbed_vae import PerturbedVAENet  # noqa: E402
-from sciml.cells.toy import toy_adata  # noqa: E402
+from sciml.perturbation.data.anndata_io import write_h5ad  # noqa: E402
+from sciml.perturbation.baselines.simple import get_baseline  # noqa: E402
+from sciml.perturbation.data.datamodule import PerturbationDataModule  # noqa: E402
+from sciml.perturbation.baselines.perturbed_vae import PerturbedVAENet  # noqa: E402
+from sciml.perturbation.sim.toy import toy_adata  # noqa: E402
 
 
 def test_response_kl_matches_torch_distributions():

@@ -3,8 +3,8 @@ import pytest
 
 pytest.importorskip("anndata")
 
-from sciml.cells.grn import GRN, random_grn  # noqa: E402
-from sciml.cells.simulate import SimConfig, read_ground_truth, simulate  # noqa: E402
+from sciml.perturbation.sim.grn import GRN, random_grn  # noqa: E402
+from sciml.perturbation.sim.simulate import SimConfig, read_ground_truth, simulate  # noqa: E402
 
 SMALL = {"n_genes": 40, "n_masters": 5, "n_regulators": 14, "n_singles": 8, "n_doubles": 8,
          "cells_per_condition": 40, "control_cells": 80, "steps": 20}

@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from sciml.cells.conditions import format_condition
-from sciml.cells.splits import SPLIT_NAMES, make_split, read_split, write_split
+from sciml.perturbation.data.conditions import format_condition
+from sciml.perturbation.data.splits import SPLIT_NAMES, make_split, read_split, write_split
 
 
 def screen(n_singles=12, seed_pairs=None):

@@ -8,8 +8,8 @@ import torch
 from pymatgen.core import Lattice, Structure
 from pymatgen.symmetry.analyzer import SpacegroupAnalyzer
 
-from sciml.data.graphs import GraphSettings
-from sciml.nn import CGCNN, PRDNet
+from sciml.crystal.data.graphs import GraphSettings
+from sciml.crystal.nn import CGCNN, PRDNet
 from sciml.testing import assert_invariant, random_orthogonal, rotate
 from sciml.testing.invariance import assert_same_output, network_output
 
@@ -90,7 +90,7 @@ def test_diffraction_branch_changes_the_output_and_sees_positions(float64):
     a, b = perovskite(0.0), perovskite(0.15, seed=5)
     from torch_geometric.data import Batch
 
-    from sciml.data.graphs import structure_to_graph
+    from sciml.crystal.data.graphs import structure_to_graph
 
     batch = Batch.from_data_list([structure_to_graph(s, SETTINGS, dtype=torch.float64) for s in (a, b)])
     h = torch.randn(10, 16)
@@ -108,8 +108,8 @@ def test_site_shares_sum_to_the_structure_pattern(float64):
     """Σ_j Re[conj(f_j e^{iφ_j}) F] = |F|²: the mean over sites of the site-resolved pattern is the pattern."""
     from torch_geometric.data import Batch
 
-    from sciml.data.graphs import structure_to_graph
-    from sciml.nn import DiffractionBranch
+    from sciml.crystal.data.graphs import structure_to_graph
+    from sciml.crystal.nn import DiffractionBranch
 
     total = DiffractionBranch(16, SETTINGS.g_max)
     sites = DiffractionBranch(16, SETTINGS.g_max, site_resolved=True)
@@ -135,7 +135,7 @@ def test_a_distorted_structure_is_not_invariant(float64):
 def test_gradients_flow_to_positions_and_cell(float64):
     from torch_geometric.data import Batch
 
-    from sciml.data.graphs import structure_to_graph
+    from sciml.crystal.data.graphs import structure_to_graph
 
     net = NETWORKS["prdnet"]()
     batch = Batch.from_data_list([structure_to_graph(triclinic(), SETTINGS, dtype=torch.float64)])

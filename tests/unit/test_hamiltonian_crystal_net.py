@@ -139,7 +139,7 @@ def test_shipped_crystal_model_loads_strictly_and_reproduces_its_training_bands(
 
     from sciml.hamiltonian.crystal import crystal_errors
     from sciml.hamiltonian.crystal_model import load_crystal_model
-    from sciml.hamiltonian.deeph import read_deeph
+    from sciml.hamiltonian.data.deeph import read_deeph
 
     root = Path(__file__).resolve().parents[2]
     if not (root / "checkpoints" / "si-c-pbe-gth").is_dir():

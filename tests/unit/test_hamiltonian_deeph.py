@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("h5py")
 
-from sciml.hamiltonian.deeph import HARTREE_EV, openmx_permutation, read_deeph, read_deeph_tree, write_deeph
+from sciml.hamiltonian.data.deeph import HARTREE_EV, openmx_permutation, read_deeph, read_deeph_tree, write_deeph
 from sciml.hamiltonian.orbitals import OrbitalLayout
 from sciml.hamiltonian.structure import HamiltonianStructure
 

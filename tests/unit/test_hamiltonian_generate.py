@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from sciml.hamiltonian.gen_molecules import MD17, builtin_molecule, displaced_conformers, read_xyz_frames
+from sciml.hamiltonian.data.gen_molecules import MD17, builtin_molecule, displaced_conformers, read_xyz_frames
 
 
 @pytest.mark.parametrize("name", list(MD17))
@@ -45,7 +45,7 @@ def test_xyz_frames(tmp_path):
 
 def test_scf_wrapper_on_malondialdehyde_minimal_basis():
     pytest.importorskip("pyscf")
-    from sciml.hamiltonian.generate import SCFSettings, run_molecule_scf
+    from sciml.hamiltonian.data.generate import SCFSettings, run_molecule_scf
     from sciml.hamiltonian.orbitals import OrbitalLayout
 
     numbers, pos = builtin_molecule("malondialdehyde")

@@ -12,7 +12,7 @@ import pytest
 import torch
 from scipy.linalg import eigh
 
-from sciml.hamiltonian.data import bases, collate, structure_to_sample
+from sciml.hamiltonian.data.datamodule import bases, collate, structure_to_sample
 from sciml.hamiltonian.loss import assemble, gauge_shift, hamiltonian_loss, matrix_mae, orbital_energies
 from sciml.hamiltonian.orbitals import OrbitalLayout
 from sciml.hamiltonian.structure import HamiltonianStructure

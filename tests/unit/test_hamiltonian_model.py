@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 import torch
 
-from sciml.hamiltonian.data import bases, collate, structure_to_sample
+from sciml.hamiltonian.data.datamodule import bases, collate, structure_to_sample
 from sciml.hamiltonian.orbitals import OrbitalLayout, block_wigner
 from sciml.hamiltonian.structure import HamiltonianStructure
-from sciml.models.hamiltonian import HamiltonianModule
-from sciml.nn.hamiltonian import BlockBasis
-from sciml.tasks.hamiltonian import fit_ridge, normalisation_stats
+from sciml.hamiltonian.module import HamiltonianModule
+from sciml.hamiltonian.nn import BlockBasis
+from sciml.hamiltonian.task import fit_ridge, normalisation_stats
 from sciml.testing import random_orthogonal
 
 LAYOUT = OrbitalLayout({8: (0, 0, 1, 2), 1: (0, 1)})

@@ -113,7 +113,7 @@ def test_read_deeph_tree_merges_layouts(tmp_path):
     """Folders of different elements merge into one layout; one element with two bases is a clear error."""
     import pytest
 
-    from sciml.hamiltonian.deeph import read_deeph_tree, write_deeph
+    from sciml.hamiltonian.data.deeph import read_deeph_tree, write_deeph
 
     pytest.importorskip("h5py")
     rng = np.random.default_rng(2)

@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sciml.hamiltonian.npz import read_npz, write_npz
+from sciml.hamiltonian.data.npz import read_npz, write_npz
 from sciml.hamiltonian.orbitals import OrbitalLayout
 from sciml.hamiltonian.structure import HamiltonianStructure
 

@@ -65,7 +65,7 @@ def test_torch_versions_match_numpy_and_differentiate():
 
 
 def _si_cell(settings):
-    from sciml.hamiltonian.gen_crystal import builtin_crystal, make_cell
+    from sciml.hamiltonian.data.gen_crystal import builtin_crystal, make_cell
 
     z, p, lat = builtin_crystal("Si")
     p = p + np.random.default_rng(0).normal(size=p.shape) * 0.03
@@ -76,7 +76,7 @@ def test_silicon_fourier_round_trip_reproduces_pyscf_on_the_mesh():
     pytest.importorskip("pyscf")
     from pyscf.pbc import dft
 
-    from sciml.hamiltonian.gen_crystal import CrystalSettings
+    from sciml.hamiltonian.data.gen_crystal import CrystalSettings
 
     z, p, lat, cell = _si_cell(CrystalSettings(ke_cutoff=15))
     mesh = (2, 2, 2)
@@ -106,7 +106,7 @@ def test_silicon_fourier_round_trip_reproduces_pyscf_on_the_mesh():
 
 def test_exact_overlap_blocks_converge_to_pyscf_bloch_overlap():
     pytest.importorskip("pyscf")
-    from sciml.hamiltonian.gen_crystal import CrystalSettings, exact_pair_blocks
+    from sciml.hamiltonian.data.gen_crystal import CrystalSettings, exact_pair_blocks
 
     z, p, lat, cell = _si_cell(CrystalSettings(ke_cutoff=15))
     layout = OrbitalLayout.from_pyscf_mol(cell)
@@ -123,7 +123,7 @@ def test_exact_overlap_blocks_converge_to_pyscf_bloch_overlap():
 @pytest.mark.slow
 def test_generated_silicon_bands_match_pyscf_off_the_mesh():
     pytest.importorskip("pyscf")
-    from sciml.hamiltonian.gen_crystal import CrystalSettings, run_crystal_scf
+    from sciml.hamiltonian.data.gen_crystal import CrystalSettings, run_crystal_scf
 
     settings = CrystalSettings(kmesh=(2, 2, 2), fock_kmesh=(6, 6, 6), cutoff=14.0, ke_cutoff=20)
     z, p, lat, _ = _si_cell(settings)

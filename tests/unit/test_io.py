@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from sciml.io.artifact import ArtifactError, load_artifact, save_artifact
-from sciml.io.atomic import atomic_directory, atomic_open, atomic_write_text
+from sciml.core.io.artifact import ArtifactError, load_artifact, save_artifact
+from sciml.core.io.atomic import atomic_directory, atomic_open, atomic_write_text
 
 
 def test_failed_write_keeps_previous_file(tmp_path):

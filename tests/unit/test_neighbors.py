@@ -9,7 +9,7 @@ import pytest
 import torch
 from pymatgen.core import Lattice, Structure
 
-from sciml.data.neighbors import edge_vectors, neighbor_list, reciprocal_hkl
+from sciml.core.neighbors import edge_vectors, neighbor_list, reciprocal_hkl
 
 PEROVSKITE_FRAC = [[0, 0, 0], [0.5, 0.5, 0.5], [0.5, 0.5, 0], [0.5, 0, 0.5], [0, 0.5, 0.5]]
 

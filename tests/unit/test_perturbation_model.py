@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sciml.models.perturbation import PerturbationFlow
+from sciml.perturbation.module import PerturbationFlow
 
 G, V = 8, 10  # measured genes, vocabulary (two unmeasured perturbed genes)
 
@@ -119,7 +119,7 @@ def _saturating(da, db):
 
 
 def test_combination_rule_learns_a_saturating_interaction():
-    from sciml.nn.perturbation.combination import CombinationRule
+    from sciml.perturbation.nn.combination import CombinationRule
 
     gen = torch.Generator().manual_seed(0)
     da, db = torch.randn(20, 50, generator=gen), torch.randn(20, 50, generator=gen)

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from sciml.nn.perturbation import (
+from sciml.perturbation.nn import (
     ControlPath,
     DifferentialAttention,
     NoisePath,
@@ -17,7 +17,7 @@ from sciml.nn.perturbation import (
     mmd2,
     ot_pairing,
 )
-from sciml.nn.perturbation.graph import adjacency_from_edges, propagate
+from sciml.perturbation.nn.graph import adjacency_from_edges, propagate
 
 
 @pytest.fixture(autouse=True)

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sciml.data.structures import StructureError, read_structure
+from sciml.core.structures import StructureError, read_structure
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = {p.name: p.read_text() for p in (ROOT / "examples" / "structures").iterdir()}
@@ -58,8 +58,8 @@ def test_structure_reader_on_damaged_examples(example, data):
 
 
 anndata = pytest.importorskip("anndata")
-from sciml.cells.anndata_io import DataError, check_finite, check_gene_order, read_h5ad  # noqa: E402
-from sciml.cells.conditions import canonical_label, parse_condition  # noqa: E402
+from sciml.perturbation.data.anndata_io import DataError, check_finite, check_gene_order, read_h5ad  # noqa: E402
+from sciml.perturbation.data.conditions import canonical_label, parse_condition  # noqa: E402
 
 
 @SETTINGS

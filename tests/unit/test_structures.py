@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pymatgen.core import Lattice, Structure
 
-from sciml.data import StructureError, check_structure, iter_structures, read_labelled, read_structure
+from sciml.core.structures import StructureError, check_structure, read_structure
+from sciml.crystal.data.sources import iter_structures, read_labelled
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "structures"

@@ -10,14 +10,8 @@ import torch
 
 from sciml.testing.fixtures import perovskite
 from sciml.uq import MondrianConformal, SplitConformal, calibrator_from_dict
-from sciml.uq.groups import (
-    CRYSTAL_SYSTEMS,
-    build_calibrator,
-    fit_calibrator,
-    graph_structures,
-    predict_interval,
-    structure_groups,
-)
+from sciml.crystal.calibration import CRYSTAL_SYSTEMS, graph_structures
+from sciml.uq.groups import build_calibrator, fit_calibrator, predict_interval, structure_groups
 
 
 def test_group_functions_on_perovskites() -> None:
@@ -39,7 +33,7 @@ def test_graph_structures_round_trip() -> None:
     """Structures rebuilt from crystal graphs keep species and crystal system."""
     from torch_geometric.data import Batch
 
-    from sciml.data.graphs import GraphSettings, structure_to_graph
+    from sciml.crystal.data.graphs import GraphSettings, structure_to_graph
 
     s = [perovskite("Ba", "Zr"), perovskite("K", "Mg", "F")]
     batch = Batch.from_data_list([structure_to_graph(x, GraphSettings.from_dict({})) for x in s])
@@ -79,9 +73,9 @@ def test_conformal_callback_mondrian_from_config(tmp_path) -> None:
     import lightning as L
     from torch_geometric.loader import DataLoader
 
-    from sciml import keys
-    from sciml.data.graphs import GraphSettings, structure_to_graph
-    from sciml.types import Prediction
+    from sciml.core import keys
+    from sciml.crystal.data.graphs import GraphSettings, structure_to_graph
+    from sciml.core.types import Prediction
     from sciml.uq.callback import ConformalCallback
 
     class Zero(L.LightningModule):

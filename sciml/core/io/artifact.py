@@ -1,0 +1,113 @@
+"""Model artifacts (DESIGN §4): a folder with config, safetensors weights, metadata, calibrator, card.
+
+Loading never unpickles anything: weights come from safetensors, everything else from JSON/YAML, and
+every failure is an :class:`ArtifactError` with a one-line message naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import yaml
+
+from sciml.core.io.atomic import atomic_directory, default_mode
+from sciml.core.io.checksum import sha256_file
+
+FORMAT_VERSION = 1
+FILES = ("config.yaml", "weights.safetensors", "metadata.json", "calibrator.json", "README.md")
+
+
+class ArtifactError(ValueError):
+    """A model artifact is missing, corrupted or incompatible (message is one line)."""
+
+
+@dataclass
+class Artifact:
+    """The parsed contents of an artifact folder."""
+
+    path: Path
+    config: dict
+    metadata: dict
+    state_dict: dict[str, torch.Tensor]
+    calibrator: dict | None
+
+
+def versions() -> dict[str, str]:
+    """Versions of the packages a model depends on (stored in metadata)."""
+    import e3nn
+    import torch_geometric
+
+    import sciml
+
+    return {"sciml": sciml.__version__, "torch": torch.__version__, "torch_geometric": torch_geometric.__version__,
+            "e3nn": e3nn.__version__, "python": platform.python_version()}
+
+
+def save_artifact(path: str | Path, *, config: dict, state_dict: dict[str, torch.Tensor], metadata: dict,
+                  calibrator: dict | None, card: str) -> Path:
+    """Write an artifact folder atomically (an existing folder is replaced only once the new one is complete)."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    with atomic_directory(path) as tmp:
+        tensors = {k: v.detach().cpu().contiguous().clone() for k, v in state_dict.items()}
+        save_file(tensors, str(tmp / "weights.safetensors"))
+        (tmp / "weights.safetensors").chmod(default_mode())  # safetensors writes 0600; give what open() would
+        meta = {"format_version": FORMAT_VERSION, "versions": versions(), **metadata,
+                "weights_sha256": sha256_file(tmp / "weights.safetensors")}
+        (tmp / "metadata.json").write_text(json.dumps(meta, indent=1))
+        (tmp / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        (tmp / "calibrator.json").write_text(json.dumps(calibrator))
+        (tmp / "README.md").write_text(card)
+    return path
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        reason = f"unreadable or corrupted JSON ({err.__class__.__name__})"
+        raise ArtifactError(f"{path}: {reason}; re-export the model") from None
+
+
+def load_artifact(path: str | Path) -> Artifact:
+    """Read and verify an artifact folder.
+
+    Raises
+    ------
+    ArtifactError
+        Missing folder or file, corrupted/truncated weights (checksum or safetensors header), an
+        unsupported ``format_version``, or unreadable JSON/YAML.
+
+    """
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if not path.is_dir():
+        raise ArtifactError(f"{path}: no such model folder (expected a folder with {', '.join(FILES[:3])}; "
+                            "create one with `sciml export`)")
+    missing = [name for name in FILES[:4] if not (path / name).is_file()]
+    if missing:
+        raise ArtifactError(f"{path}: not a sciml model folder, missing {', '.join(missing)}")
+    metadata = _read_json(path / "metadata.json")
+    if not isinstance(metadata, dict) or metadata.get("format_version") != FORMAT_VERSION:
+        found = metadata.get("format_version") if isinstance(metadata, dict) else None
+        raise ArtifactError(f"{path / 'metadata.json'}: format_version {found!r} is not supported by this "
+                            f"sciml (expects {FORMAT_VERSION}); re-export with this version")
+    weights = path / "weights.safetensors"
+    if metadata.get("weights_sha256") != sha256_file(weights):
+        raise ArtifactError(f"{weights}: checksum does not match metadata.json (corrupted or truncated file); "
+                            "restore or re-export the model")
+    try:
+        state_dict = load_file(str(weights))
+        config = yaml.safe_load((path / "config.yaml").read_text())
+    except (SafetensorError, OSError, yaml.YAMLError, UnicodeDecodeError) as err:
+        raise ArtifactError(f"{path}: cannot read weights/config ({str(err).splitlines()[0]})") from None
+    if not isinstance(config, dict):
+        raise ArtifactError(f"{path / 'config.yaml'}: expected a mapping")
+    return Artifact(path, config, metadata, state_dict, _read_json(path / "calibrator.json"))

@@ -1,0 +1,1 @@
+"""sciml.crystal.data."""

@@ -1,0 +1,12 @@
+"""Crystal networks, pure ``torch.nn`` (no Lightning): PRDNet (graph + diffraction branch) and CGCNN."""
+
+from __future__ import annotations
+
+from sciml.crystal.nn.cgcnn import CGCNN
+from sciml.crystal.nn.diffraction import DiffractionBranch
+from sciml.crystal.nn.graph_attention import GraphAttentionBlock
+from sciml.crystal.nn.prdnet import PRDNet
+
+NETWORKS = {"prdnet": PRDNet, "cgcnn": CGCNN}
+
+__all__ = ["CGCNN", "NETWORKS", "PRDNet", "DiffractionBranch", "GraphAttentionBlock"]

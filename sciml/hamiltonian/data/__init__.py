@@ -1,0 +1,1 @@
+"""sciml.hamiltonian.data.datamodule."""

@@ -1,0 +1,186 @@
+"""Generate molecular Hamiltonian data with pyscf: H (converged KS/Fock), H0 (zeroth step), S, energies.
+
+H0 is the Fock matrix of the initial-guess density, ``mf.get_fock(dm=mf.get_init_guess(key="minao"))``
+(superposition of atomic densities, NextHAM's zeroth-step Hamiltonian). Every conformer is one job whose result is
+written atomically (an npz part in the shared format and/or a DeepH folder), so an interrupted run resumes
+where it stopped; the parts are merged into ``<out>/<name>.npz`` at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from sciml.core.io.atomic import atomic_write_text
+
+__all__ = ["MoleculeJob", "SCFSettings", "check_settings", "generate_molecules", "import_pyscf", "run_molecule_scf",
+           "run_pool"]
+
+_QUANTUM = "pyscf is not installed; install the quantum extra: pip install 'sciml[quantum]'"
+
+
+def import_pyscf():
+    """Import pyscf or raise a one-line ImportError naming the extra."""
+    try:
+        import pyscf  # noqa: F401
+        from pyscf import dft, gto, lib, scf  # noqa: F401
+    except ImportError as err:
+        raise ImportError(_QUANTUM) from err
+    return pyscf
+
+
+@dataclass(frozen=True)
+class SCFSettings:
+    """Level of theory: ``xc`` (``"hf"`` for Hartree-Fock), ``basis``, energy tolerance, DFT grid level."""
+
+    xc: str = "pbe"
+    basis: str = "def2-svp"
+    conv_tol: float = 1e-10
+    grid_level: int = 3
+    threads: int = 1
+    max_cycle: int = 100
+
+
+@dataclass(frozen=True)
+class MoleculeJob:
+    """One conformer to compute: ``index`` within dataset ``name``."""
+
+    name: str
+    index: int
+    numbers: tuple[int, ...]
+    positions: tuple[tuple[float, float, float], ...]
+
+
+def run_molecule_scf(numbers, positions, settings: SCFSettings) -> dict:
+    """Restricted KS (or HF) SCF of one closed-shell molecule (positions in Å).
+
+    Returns
+    -------
+    dict
+        ``mats`` {"H", "H0", "S"} (n_ao, n_ao) pyscf order, Hartree; ``ao_labels``; ``energy`` (Hartree);
+        ``n_occupied``; ``scf_seconds`` (wall time of the SCF, ``threads`` threads); ``converged``.
+
+    """
+    import_pyscf()
+    from pyscf import dft, gto, lib, scf
+
+    lib.num_threads(settings.threads)
+    mol = gto.M(atom=[(int(z), tuple(p)) for z, p in zip(numbers, positions, strict=True)], basis=settings.basis,
+                unit="Angstrom", verbose=0)
+    if mol.nelectron % 2:
+        raise ValueError(f"molecule with {mol.nelectron} electrons is open-shell; only closed shells are supported")
+    if settings.xc.lower() in ("hf", "rhf"):
+        mf = scf.RHF(mol)
+    else:
+        mf = dft.RKS(mol)
+        mf.xc = settings.xc
+        mf.grids.level = settings.grid_level
+    mf.conv_tol, mf.max_cycle, mf.verbose = settings.conv_tol, settings.max_cycle, 0
+    start = time.perf_counter()
+    mf.kernel()
+    seconds = time.perf_counter() - start
+    mats = {"H": mf.get_fock(), "H0": mf.get_fock(dm=mf.get_init_guess(key="minao")), "S": mf.get_ovlp()}
+    return {"mats": mats, "ao_labels": mol.ao_labels(), "energy": float(mf.e_tot), "n_occupied": mol.nelectron // 2,
+            "scf_seconds": seconds, "converged": bool(mf.converged)}
+
+
+def _part_path(out: Path, name: str, index: int) -> Path:
+    return out / "parts" / name / f"{index:05d}.npz"
+
+
+def _deeph_path(out: Path, name: str, index: int) -> Path:
+    return out / "deeph" / name / f"{index:05d}"
+
+
+def _done(out: Path, job: MoleculeJob, formats: tuple[str, ...]) -> bool:
+    ok = _part_path(out, job.name, job.index).is_file()  # the part is always written (it feeds the merge)
+    if "deeph" in formats:
+        ok = ok and (_deeph_path(out, job.name, job.index) / "info.json").is_file()
+    return ok
+
+
+def run_job(job: MoleculeJob, settings: SCFSettings, out: str, formats: tuple[str, ...]) -> float:
+    """Compute one conformer and write its outputs atomically; returns the SCF seconds (top-level: picklable)."""
+    from sciml.hamiltonian.data.npz import write_arrays
+
+    out_path = Path(out)
+    res = run_molecule_scf(job.numbers, np.asarray(job.positions), settings)
+    if not res["converged"]:
+        raise RuntimeError(f"{job.name} conformer {job.index}: SCF did not converge in {settings.max_cycle} cycles")
+    meta = {"energy": res["energy"], "n_occupied": res["n_occupied"], "scf_seconds": res["scf_seconds"],
+            "basis": settings.basis, "xc": settings.xc, "index": job.index, "name": job.name}
+    if "deeph" in formats:
+        from sciml.hamiltonian.data.deeph import write_deeph
+        from sciml.hamiltonian.orbitals import OrbitalLayout
+        from sciml.hamiltonian.structure import HamiltonianStructure
+
+        layout = OrbitalLayout.from_ao_labels(job.numbers, res["ao_labels"])
+        s = HamiltonianStructure.from_dense(job.numbers, job.positions, res["mats"], layout, meta)
+        write_deeph(_deeph_path(out_path, job.name, job.index), s, layout)
+    write_arrays(_part_path(out_path, job.name, job.index), job.numbers, np.asarray(job.positions)[None],
+                 {k: v[None] for k, v in res["mats"].items()}, res["ao_labels"], meta)
+    return res["scf_seconds"]
+
+
+def check_settings(out: Path, name: str, settings) -> None:
+    """Record ``settings`` (a dataclass) in ``<out>/<name>.settings.json``; refuse to resume with different ones."""
+    path = Path(out) / f"{name}.settings.json"
+    mine = json.loads(json.dumps(asdict(settings)))
+    mine.pop("threads", None)
+    if path.is_file():
+        theirs = json.loads(path.read_text())
+        if theirs != mine:
+            raise ValueError(f"{out} already holds {name} data made with {theirs}, not {mine}; use another --out "
+                             "or the same settings to resume")
+    else:
+        atomic_write_text(path, json.dumps(mine, indent=1) + "\n")
+
+
+def generate_molecules(jobs: list[MoleculeJob], settings: SCFSettings, out: str | Path,
+                       formats: tuple[str, ...] = ("npz",), workers: int = 1, progress: bool = True) -> dict:
+    """Run all unfinished jobs (in ``workers`` processes), then merge parts into ``<out>/<name>.npz``.
+
+    Returns ``{"computed": int, "skipped": int, "files": [paths]}``.
+    """
+    from sciml.hamiltonian.data.npz import merge_npz
+
+    import_pyscf()
+    out = Path(out)
+    for name in sorted({j.name for j in jobs}):
+        check_settings(out, name, settings)
+    todo = [j for j in jobs if not _done(out, j, formats)]
+    run_pool(run_job, todo, (settings, str(out), formats), workers, progress)
+    files = []
+    if "npz" in formats:
+        for name in sorted({j.name for j in jobs}):
+            idx = sorted(j.index for j in jobs if j.name == name)
+            files.append(merge_npz([_part_path(out, name, i) for i in idx], out / f"{name}.npz"))
+    if "deeph" in formats:
+        files.extend(sorted({out / "deeph" / j.name for j in jobs}))
+    return {"computed": len(todo), "skipped": len(jobs) - len(todo), "files": [str(f) for f in files]}
+
+
+def run_pool(func, items: list, extra: tuple, workers: int, progress: bool, desc: str = "pyscf SCF") -> None:
+    """Call ``func(item, *extra)`` for every item, in ``workers`` spawned processes, with a progress bar."""
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(items), desc=desc, unit="job", disable=not progress)
+    try:
+        if workers <= 1:
+            for item in items:
+                func(item, *extra)
+                bar.update()
+            return
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+            for fut in as_completed([pool.submit(func, item, *extra) for item in items]):
+                fut.result()
+                bar.update()
+    finally:
+        bar.close()

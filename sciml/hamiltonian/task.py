@@ -1,0 +1,67 @@
+"""Build the Hamiltonian data module and Lightning module from a config dict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from sciml.hamiltonian.data.datamodule import HamiltonianDataModule, collate
+from sciml.hamiltonian.module import HamiltonianModule
+from sciml.hamiltonian.nn.normalize import IrrepsNormalizer
+from sciml.hamiltonian.nn.ridge import TensorProductRidge
+
+
+def datamodule(cfg: dict, run_dir: Path | None = None) -> HamiltonianDataModule:
+    """The data module of ``cfg["data"]``, set up (read, featurised, split)."""
+    dm = HamiltonianDataModule(**cfg["data"], run_dir=str(run_dir) if run_dir else None)
+    dm.setup()
+    return dm
+
+
+def fit_ridge(dm: HamiltonianDataModule, settings: dict) -> TensorProductRidge:
+    """The closed-form tensor-product ridge model of ΔH fitted on the train split (float64)."""
+    b = collate(dm.datasets["train"])
+    nb, eb = dm.node_basis, dm.edge_basis
+    ridge = TensorProductRidge.from_settings(nb, eb, {k: v for k, v in settings.items() if k != "shapes"})
+    vec = b.pos[b.edge_index[1]] - b.pos[b.edge_index[0]]
+    masks = (torch.stack([nb.mask(*p) for p in nb.pairs]), torch.stack([eb.mask(*p) for p in eb.pairs]))
+    ridge.fit(b.x_node, b.x_edge, vec, b.edge_index, b.node_type, b.edge_type, b.h_node - b.x_node,
+              b.h_edge - b.x_edge, masks, lam=float(settings.get("lam", 1e-6)))
+    return ridge
+
+
+def normalisation_stats(dm: HamiltonianDataModule, use_h0: bool, ridge: TensorProductRidge | None = None) -> dict:
+    """Per-type irreps statistics of the inputs (H0) and targets (ΔH, or H without H0) on the train split.
+
+    With a ridge base model the target statistics describe the residual ``ΔH − ridge``.
+    """
+    b = collate(dm.datasets["train"])
+    yn, ye = (b.h_node - b.x_node, b.h_edge - b.x_edge) if use_h0 else (b.h_node, b.h_edge)
+    if ridge is not None:
+        vec = b.pos[b.edge_index[1]] - b.pos[b.edge_index[0]]
+        bn, be = ridge(b.x_node, b.x_edge, vec, b.edge_index, b.node_type, b.edge_type)
+        yn, ye = yn - bn, ye - be
+    nb, eb = dm.node_basis, dm.edge_basis
+    stat = IrrepsNormalizer.statistics
+    return {"x_node": stat(b.x_node, b.node_type, nb.irreps, len(nb.pairs)),
+            "x_edge": stat(b.x_edge, b.edge_type, eb.irreps, len(eb.pairs)),
+            "y_node": stat(yn, b.node_type, nb.irreps, len(nb.pairs)),
+            "y_edge": stat(ye, b.edge_type, eb.irreps, len(eb.pairs))}
+
+
+def build(cfg: dict, run_dir: Path | None = None) -> tuple[HamiltonianDataModule, HamiltonianModule]:
+    """Data module plus a module whose normalisation and orbital layout come from the train split."""
+    dm = datamodule(cfg, run_dir)
+    network = dict(cfg["model"]["network"])
+    use_h0 = bool(network.get("use_h0", True))
+    settings = cfg["model"].get("ridge")
+    ridge = fit_ridge(dm, settings) if settings and use_h0 else None
+    stats = normalisation_stats(dm, use_h0, ridge)
+    meta = dict(dm.meta) | {"cutoff": dm.cutoff, "n_virtual": dm.n_virtual}
+    module = HamiltonianModule(network=network, layout=dm.layout.to_dict(), stats=stats, loss=cfg["model"].get("loss"),
+                               optim=cfg["model"].get("optim"), meta=meta,
+                               ridge=dict(settings, shapes=ridge.shapes) if ridge is not None else None)
+    if ridge is not None:
+        module.ridge.load_state_dict(ridge.state_dict(), strict=True)
+    return dm, module

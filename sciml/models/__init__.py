@@ -1,1 +1,0 @@
-"""Lightning task modules (thin: loss, metrics, optimiser, predict_step)."""

@@ -1,8 +1,0 @@
-"""E(3)-equivariant Hamiltonian network: block ↔ irreps change of basis, layers, network (pure torch.nn)."""
-
-from __future__ import annotations
-
-from sciml.nn.hamiltonian.blocks import BlockBasis, shell_pair_irreps
-from sciml.nn.hamiltonian.model import HamiltonianNet
-
-__all__ = ["BlockBasis", "HamiltonianNet", "shell_pair_irreps"]

@@ -1,0 +1,100 @@
+"""Load a perturbation artifact into a predictor: flow model, vocabularies, data conventions, effect bands."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from sciml.perturbation.data.conditions import UnknownGeneError, format_condition, parse_condition
+from sciml.core.io.artifact import ArtifactError, load_artifact
+from sciml.perturbation.module import PerturbationFlow
+from sciml.perturbation.uncertainty import EffectBands
+
+DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "checkpoints" / "grn-default"
+
+
+@dataclass
+class PerturbationPredictor:
+    """A perturbation model restored from an artifact.
+
+    Attributes
+    ----------
+    module : PerturbationFlow
+        The flow model in eval mode.
+    data : dict
+        Data conventions frozen at training time (``PerturbationDataModule.to_dict()``: genes, control label...).
+    bands : EffectBands or None
+        Conformal effect bands (``None`` when exported without ``--calibrate``).
+    path : Path
+        Artifact folder.
+
+    """
+
+    module: PerturbationFlow
+    data: dict
+    bands: EffectBands | None
+    path: Path
+
+    @property
+    def genes(self) -> list[str]:
+        """Measured genes, in the column order of inputs and outputs."""
+        return self.module.measured_genes
+
+    @property
+    def vocabulary(self) -> dict[str, int]:
+        """Gene → index of the perturbation vocabulary (measured genes first)."""
+        return {g: i for i, g in enumerate(self.module.hparams.genes)}
+
+    def encode(self, label: str) -> tuple[str, list[int], str]:
+        """``(canonical label, pert_genes row, note)`` of a condition label such as ``A+B``, ``A`` or ``A+ctrl``.
+
+        Raises
+        ------
+        UnknownGeneError
+            A gene outside the vocabulary, or one never perturbed in training that has no graph embedding
+            (not measured, so not in the gene graph).
+
+        """
+        genes = parse_condition(label, self.data.get("control_label", "ctrl"))
+        vocab, measured = self.vocabulary, set(self.genes)
+        seen = set(self.module.hparams.perturbed_genes or [])
+        unknown = [g for g in genes if g not in vocab]
+        if unknown:
+            raise UnknownGeneError(f"--perturbations {label!r}: unknown gene(s) {', '.join(unknown)}: not among the "
+                                   f"model's {len(vocab)} genes ({self.path}); use gene symbols the model knows")
+        blind = [g for g in genes if g not in seen and g not in measured]
+        if blind:
+            raise UnknownGeneError(f"--perturbations {label!r}: gene(s) {', '.join(blind)} were never perturbed in "
+                                   "training and are not measured, so the model has no embedding for them")
+        unseen = [g for g in genes if g not in seen]
+        note = f"not perturbed in training: {' '.join(unseen)} (graph embedding only)" if unseen else ""
+        row = [vocab[g] for g in genes] + [-1] * (2 - len(genes))
+        return format_condition(genes), row, note
+
+
+def load_model(path: str | Path = DEFAULT_MODEL) -> PerturbationPredictor:
+    """Load a perturbation artifact (default: the shipped ``checkpoints/grn-default``).
+
+    Raises
+    ------
+    ArtifactError
+        Missing, corrupted or incompatible artifact, or an artifact of another task.
+
+    """
+    art = load_artifact(path)
+    if art.config.get("task") != "perturbation":
+        raise ArtifactError(f"{art.path}: task is {art.config.get('task')!r}, not a perturbation model")
+    module = PerturbationFlow(**art.config["module"])
+    try:
+        module.load_state_dict(art.state_dict, strict=True)
+    except RuntimeError as err:
+        raise ArtifactError(f"{art.path}: weights do not match config.yaml ({str(err).splitlines()[0]})") from None
+    module.eval()
+    try:
+        bands = EffectBands.from_dict(art.calibrator) if art.calibrator else None
+    except (ValueError, KeyError, TypeError) as err:
+        raise ArtifactError(f"{art.path / 'calibrator.json'}: {err}") from None
+    return PerturbationPredictor(module, art.metadata.get("data", {}), bands, art.path)
+
+
+__all__ = ["DEFAULT_MODEL", "PerturbationPredictor", "UnknownGeneError", "load_model"]

@@ -1,0 +1,151 @@
+"""Read, validate and write AnnData for perturbation data (DESIGN §3).
+
+Expression inside the package is ``log1p(counts / library_size · target_sum)`` (float32, cells × genes).
+Input is either already log1p-normalised in ``X`` (default) or raw counts in a named layer
+(``counts_layer='counts'``), normalised here with a frozen ``target_sum``. Every user-triggerable problem raises
+:class:`DataError` with one line naming the file, the field and the fix.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from sciml.core.io.atomic import atomic_open
+
+TARGET_SUM = 1e4  # library size after normalisation (counts per 10k)
+
+
+class DataError(ValueError):
+    """Bad perturbation input (one line: file, field, fix)."""
+
+
+def read_h5ad(path: str | Path):
+    """Read an ``.h5ad`` file; raise :class:`DataError` when it is missing or unreadable."""
+    import anndata as ad
+
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such file (give the path of an .h5ad AnnData file)")
+    try:
+        return ad.read_h5ad(path)
+    except Exception as err:  # h5py/anndata raise many types for corrupted files
+        raise DataError(f"{path}: not a readable .h5ad file ({err.__class__.__name__}); "
+                        f"write it with anndata.AnnData.write_h5ad") from err
+
+
+def write_h5ad(adata, path: str | Path) -> Path:
+    """Write ``adata`` to ``path`` atomically (temp file in a scratch folder, then an atomic copy-in)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.name}.") as scratch:
+        tmp = Path(scratch) / path.name
+        adata.write_h5ad(tmp)
+        with open(tmp, "rb") as src, atomic_open(path, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    return path
+
+
+def dense(matrix) -> np.ndarray:
+    """A dense float32 copy of a (possibly sparse) matrix."""
+    matrix = matrix.toarray() if hasattr(matrix, "toarray") else np.asarray(matrix)
+    return np.asarray(matrix, dtype=np.float32)
+
+
+def check_finite(values: np.ndarray, source: str, field: str) -> None:
+    """Raise :class:`DataError` if ``values`` holds NaN or inf."""
+    bad = ~np.isfinite(values)
+    if bad.any():
+        rows = np.unique(np.nonzero(bad)[0])
+        raise DataError(f"{source}: {field} holds {int(bad.sum())} NaN/inf values in {len(rows)} cells "
+                        f"(first cell index {int(rows[0])}); remove or impute them")
+
+
+def check_conditions(obs, source: str, condition_key: str, control_label: str) -> None:
+    """Check that ``obs[condition_key]`` exists and holds control cells labelled ``control_label``."""
+    if condition_key not in obs.columns:
+        hint = [c for c in ("condition", "perturbation") if c in obs.columns]
+        raise DataError(f"{source}: obs has no column {condition_key!r} (columns: {list(obs.columns)[:8]}); "
+                        f"set data.condition_key{' to ' + repr(hint[0]) if hint else ''}")
+    labels = obs[condition_key].astype(str)
+    if labels.isin(["nan", ""]).any():
+        raise DataError(f"{source}: obs[{condition_key!r}] has empty/NaN labels; label every cell")
+    if not (labels == control_label).any():
+        common = labels.value_counts().index[:5].tolist()
+        raise DataError(f"{source}: no control cells labelled {control_label!r} in obs[{condition_key!r}] "
+                        f"(most common labels: {common}); set data.control_label to the control label")
+
+
+def check_gene_order(var_names: Sequence[str], genes: Sequence[str], source: str) -> None:
+    """Raise :class:`DataError` unless ``var_names`` contains ``genes`` in the same order (extra genes allowed)."""
+    var_names = [str(g) for g in var_names]
+    missing = sorted(set(genes) - set(var_names))
+    if missing:
+        raise DataError(f"{source}: var_names lack {len(missing)} of the model's genes "
+                        f"({', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}); "
+                        f"give data measured on the model's gene vocabulary")
+    position = {g: i for i, g in enumerate(var_names)}
+    order = [position[g] for g in genes]
+    if order != sorted(order):
+        raise DataError(f"{source}: var_names hold the model's genes in a different order; "
+                        f"reorder with adata = adata[:, genes] (genes from the model metadata)")
+
+
+def log_expression(adata, source: str, counts_layer: str | None = None,
+                   target_sum: float = TARGET_SUM) -> np.ndarray:
+    """Expression in log1p space, float32 (cells, genes).
+
+    ``counts_layer`` named: ``log1p(c / Σc · target_sum)`` per cell (Σ over the file's genes).
+    Otherwise ``X`` is taken to be log1p-normalised already; integer-valued ``X`` with large values is refused.
+    """
+    if counts_layer is not None:
+        if counts_layer not in adata.layers:
+            raise DataError(f"{source}: layers has no {counts_layer!r} (layers: {list(adata.layers)}); "
+                            f"set data.counts_layer to null for log1p input in X")
+        counts = dense(adata.layers[counts_layer])
+        check_finite(counts, source, f"layers[{counts_layer!r}]")
+        if (counts < 0).any():
+            raise DataError(f"{source}: layers[{counts_layer!r}] has negative counts; give raw counts")
+        lib = counts.sum(axis=1, keepdims=True)
+        return np.log1p(counts / np.maximum(lib, 1.0) * target_sum).astype(np.float32)
+    x = dense(adata.X)
+    check_finite(x, source, "X")
+    if (x < 0).any():
+        raise DataError(f"{source}: X has negative values; give log1p-normalised expression (not scaled/centred)")
+    if x.size and x.max() > 30 and np.allclose(x[: min(len(x), 200)], np.round(x[: min(len(x), 200)])):
+        raise DataError(f"{source}: X looks like raw counts (integers up to {x.max():.0f}); "
+                        f"put them in layers['counts'] and set data.counts_layer: counts")
+    return x
+
+
+def select_hvg(x: np.ndarray, var_names: Sequence[str], n_hvg: int | None,
+               keep: Sequence[str] = ()) -> list[str]:
+    """Highly variable genes (scanpy, Seurat flavour on log1p data) plus ``keep``, in the file's var order.
+
+    Parameters
+    ----------
+    x : (cells, genes) float array
+        Expression in log1p space.
+    var_names : sequence of str
+        Gene symbols of the columns of ``x``.
+    n_hvg : int or None
+        Number of HVGs; ``None`` or ``>= len(var_names)`` keeps every gene.
+    keep : sequence of str
+        Genes kept whatever their variability (the perturbed genes that were measured).
+
+    """
+    var_names = [str(g) for g in var_names]
+    if n_hvg is None or n_hvg >= len(var_names):
+        return var_names
+    import anndata as ad
+    import scanpy as sc
+
+    tmp = ad.AnnData(x.astype(np.float32))
+    tmp.var_names = var_names
+    sc.pp.highly_variable_genes(tmp, n_top_genes=int(n_hvg), flavor="seurat")
+    chosen = set(tmp.var_names[tmp.var["highly_variable"].to_numpy()]) | (set(keep) & set(var_names))
+    return [g for g in var_names if g in chosen]

@@ -1,0 +1,254 @@
+r"""PerturbationFlow: Lightning task module of the single-cell perturbation flow model.
+
+Loss (scDFM): ``L = ‖v_θ(x_t, t | c) − u_t‖² + λ·MMD²(x̂_1, x_1)`` with the conditional path of
+:mod:`sciml.perturbation.nn.flow` and the one-step endpoint ``x̂_1 = x_t + (1 − t)·v_θ``; the MMD is computed
+per condition between the ``N`` endpoints and the ``N`` real perturbed cells and averaged. Sampling
+integrates ``dx/dt = v_θ`` from the path's start (noise or control cells) with Euler or RK4.
+
+Batches follow the data-module contract: ``x_pert``, ``x_ctrl`` float32 ``(C, N, G)`` (log1p expression),
+``pert_genes`` int64 ``(C, 2)`` (vocabulary indices, −1 padding), ``condition`` list of ``C`` names.
+"""
+
+from __future__ import annotations
+
+import lightning as L
+import torch
+from torch import Tensor
+
+from sciml.perturbation.nn import PATHS, PADTransformer, integrate, mmd2
+from sciml.perturbation.nn.combination import CombinationRule
+from sciml.core.types import Prediction
+
+FLOW_DEFAULTS = {"path": "control", "sigma": 0.1, "ot": True, "mmd_weight": 0.5, "mmd_scales": [0.5, 1.0, 2.0, 4.0],
+                 "steps": 20, "method": "rk4", "val_steps": 4, "max_genes": None, "prior_dropout": 0.2,
+                 "additive_skip": True, "prior": "additive", "combination_hidden": 32,
+                 "remainder_mean": 1.0}
+PRIORS = ("additive", "combination")
+PRIOR_CHANNELS = 4
+OPTIM_DEFAULTS = {"lr": 1e-3, "weight_decay": 1e-4, "scheduler": "cosine"}
+
+
+class PerturbationFlow(L.LightningModule):
+    """Conditional flow matching of perturbed cells given control cells and the perturbed genes.
+
+    Parameters
+    ----------
+    network : dict
+        Keyword arguments of :class:`~sciml.perturbation.nn.PADTransformer` except ``n_genes``.
+    genes : list of str
+        Gene vocabulary (the data module's ``perturbation_genes``): the ``n_measured`` measured genes in the
+        column order of every batch, then perturbed genes that are not measured.
+    n_measured : int or None
+        Number of measured genes ``G`` (``None``: all of ``genes``).
+    perturbed_genes : list of str
+        Genes perturbed in the training split (others are predicted from their graph embedding only).
+    flow : dict
+        Over :data:`FLOW_DEFAULTS`: ``path`` (``control`` or ``noise``), ``sigma``, ``ot`` (minibatch-OT pairing of
+        the control path), ``mmd_weight`` λ, ``mmd_scales``, sampling ``steps``/``method``, ``val_steps`` (Euler
+        steps of the validation metric), ``max_genes`` (random gene subset per training step, ``None``: all),
+        ``prior`` (``additive`` or ``combination``), ``combination_hidden``, ``remainder_mean`` (see below).
+    optim : dict
+        Over :data:`OPTIM_DEFAULTS`: ``lr``, ``weight_decay``, ``scheduler`` (``cosine`` or ``none``).
+    effect_prior : bool
+        Condition the control tokens on the measured mean effects of the perturbed genes' singles in the
+        training split (buffers ``single_effect`` ``(V, G)``, ``has_effect`` ``(V,)``, set by
+        :meth:`set_single_effects`): per gene ``Δ_a + Δ_b``, ``Δ_a·Δ_b`` and the counts of known and perturbed
+        genes. A double of seen singles thus starts from the additive effect and the network learns the
+        interaction; unknown singles (held-out genes) enter as zeros. During training each known effect is
+        hidden with probability ``flow.prior_dropout`` so the model also learns to predict without it. With the
+        control path and ``flow.additive_skip``, ``Δ_a + Δ_b`` is added to the velocity (the straight path from a
+        control cell shifted by the additive effect), so the untrained model is the additive baseline and the
+        network learns the non-additive remainder. With ``flow.prior: combination`` the prior mean of a double
+        with both singles known is instead a per-gene combination rule
+        (:class:`~sciml.perturbation.nn.combination.CombinationRule`, buffers/parameters ``combination.*``)
+        fitted on the training doubles by :meth:`fit_combination` and frozen; the network learns the remainder.
+        ``flow.remainder_mean`` ``w`` ∈ [0, 1] shrinks the network's per-condition mean velocity (over the
+        condition's cells) to ``w`` times itself for conditions whose singles are all known: ``w = 0`` fixes the
+        generated mean effect to the prior mean and the network only shapes the distribution around it.
+
+    """
+
+    def __init__(self, network: dict, genes: list[str], n_measured: int | None = None,
+                 perturbed_genes: list[str] | None = None, flow: dict | None = None,
+                 optim: dict | None = None, effect_prior: bool = True) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.net = PADTransformer(len(genes), prior_channels=PRIOR_CHANNELS if effect_prior else 0, **network)
+        n_measured = n_measured or len(genes)
+        self.register_buffer("single_effect", torch.zeros(len(genes), n_measured))
+        self.register_buffer("has_effect", torch.zeros(len(genes), dtype=torch.bool))
+        self.flow = FLOW_DEFAULTS | (flow or {})
+        self.optim = OPTIM_DEFAULTS | (optim or {})
+        if self.flow["prior"] not in PRIORS:
+            raise ValueError(f"flow.prior is {self.flow['prior']!r}; known: {list(PRIORS)}")
+        self.combination = None
+        if self.flow["prior"] == "combination":
+            self.combination = CombinationRule(int(self.flow["combination_hidden"])).requires_grad_(False)
+            self.register_buffer("ctrl_mean", torch.zeros(n_measured))  # μ_0 feature of the rule
+        if self.flow["path"] not in PATHS:
+            raise ValueError(f"flow.path is {self.flow['path']!r}; known: {sorted(PATHS)}")
+        kwargs = {"ot": bool(self.flow["ot"])} if self.flow["path"] == "control" else {}
+        self.path = PATHS[self.flow["path"]](sigma=self.flow["sigma"], **kwargs)
+
+    def set_single_effects(self, effects: dict[int, Tensor]) -> None:
+        """Store measured single effects ``{vocabulary index: Δ (G,)}`` (training split only)."""
+        self.single_effect.zero_()
+        self.has_effect.zero_()
+        for i, delta in effects.items():
+            self.single_effect[i] = torch.as_tensor(delta, dtype=self.single_effect.dtype)
+            self.has_effect[i] = True
+
+    def fit_combination(self, doubles: list[tuple[int, int, Tensor]], ctrl_mean: Tensor, seed: int = 0) -> float | None:
+        """Fit the frozen combination rule on training doubles ``(index a, index b, Δ_ab (G,))``; ``ctrl_mean`` (G,).
+
+        Needs :meth:`set_single_effects` first; doubles with an unknown single are skipped. Returns the fit MSE
+        (``None`` without a rule or usable doubles).
+        """
+        if self.combination is None:
+            return None
+        self.ctrl_mean.copy_(torch.as_tensor(ctrl_mean, dtype=self.ctrl_mean.dtype))
+        rows = [(a, b, d) for a, b, d in doubles if bool(self.has_effect[a]) and bool(self.has_effect[b])]
+        if not rows:
+            return None
+        da = self.single_effect[[a for a, _, _ in rows]]
+        db = self.single_effect[[b for _, b, _ in rows]]
+        target = torch.stack([torch.as_tensor(d, dtype=da.dtype) for _, _, d in rows])
+        mse = self.combination.requires_grad_(True).fit(da, db, self.ctrl_mean, target, seed=seed)
+        self.combination.requires_grad_(False)
+        return mse
+
+    def _prior_mean(self, d: Tensor, known: Tensor, valid: Tensor, genes: Tensor | None) -> Tensor:
+        """Prior mean effect ``(C, G)``: ``Δa + Δb`` or, for doubles with both singles known, the combination rule."""
+        total = d.sum(1)
+        if self.combination is None or d.shape[1] != 2:
+            return total
+        mu0 = self.ctrl_mean if genes is None else self.ctrl_mean[genes]
+        both = (known.all(-1) & valid.all(-1))[:, None]
+        return torch.where(both, self.combination(d[:, 0], d[:, 1], mu0), total)
+
+    def prior(self, pert: Tensor, genes: Tensor | None = None) -> Tensor | None:
+        """Effect-prior channels ``(C, G, 4)`` of ``pert`` ``(C, P)``; ``None`` when ``effect_prior`` is off."""
+        if not self.hparams.effect_prior:
+            return None
+        valid = pert >= 0
+        known = valid & self.has_effect[pert.clamp_min(0)]
+        if self.training and self.flow["prior_dropout"] > 0:
+            known = known & (torch.rand(known.shape, device=known.device) >= self.flow["prior_dropout"])
+        d = self.single_effect[pert.clamp_min(0)] * known[..., None]  # (C, P, G)
+        if genes is not None:
+            d = d[..., genes]
+        counts = torch.stack([known.sum(-1), valid.sum(-1)], -1).to(d.dtype) / pert.shape[-1]  # (C, 2)
+        prod = d.prod(1) if d.shape[1] > 1 else torch.zeros_like(d[:, 0])
+        feats = torch.stack([self._prior_mean(d, known, valid, genes), prod], -1)
+        return torch.cat([feats, counts[:, None].expand(-1, d.shape[-1], -1)], -1)
+
+    def velocity(self, x: Tensor, t: Tensor, x_ctrl: Tensor, pert: Tensor, genes: Tensor | None = None,
+                 prior: Tensor | None = None) -> Tensor:
+        """``v_θ`` for ``x``, ``x_ctrl`` ``(C, N, G)``, ``t`` ``(C, N)``, ``pert`` ``(C, P)`` → ``(C, N, G)``.
+
+        ``prior``: effect-prior channels ``(C, G, k)`` from :meth:`prior` (computed here when ``None``). With
+        ``flow.max_genes = K < G`` and no explicit ``genes``, the genes are split into ``⌈G/K⌉`` strided chunks
+        evaluated separately (the gene-subset sizes seen in training; attention cost ``G·K`` instead of ``G²``).
+        """
+        c, n, g = x.shape
+        prior = self.prior(pert, genes) if prior is None else prior
+        k = self.flow["max_genes"]
+        if genes is None and k and g > k:  # evaluation on a gene subset size seen in training: strided chunks
+            out = torch.empty_like(x)
+            n_chunks = -(-g // k)
+            for i in range(n_chunks):
+                idx = torch.arange(i, g, n_chunks, device=x.device)
+                sub = None if prior is None else prior[:, idx]
+                out[..., idx] = self.velocity(x[..., idx], t, x_ctrl[..., idx], pert, idx, sub)
+            return out
+        ctrl_mean = x_ctrl.mean(1, keepdim=True).expand_as(x_ctrl)
+        flat = [a.reshape(c * n, g) for a in (x, x_ctrl, ctrl_mean)]
+        p = pert[:, None].expand(c, n, pert.shape[-1]).reshape(c * n, -1)
+        per_cell = None if prior is None else prior[:, None].expand(c, n, g, prior.shape[-1]).reshape(c * n, g, -1)
+        v = self.net(flat[0], t.reshape(-1), flat[1], flat[2], p, genes, per_cell).view(c, n, g)
+        if prior is not None and self.flow["additive_skip"] and self.flow["path"] == "control":
+            w = float(self.flow["remainder_mean"])
+            if w != 1.0:  # shrink the mean remainder where the prior is complete (all perturbed singles known)
+                full = (prior[:, 0, 2] == prior[:, 0, 3])[:, None, None]
+                v = torch.where(full, v - (1.0 - w) * v.mean(1, keepdim=True), v)
+            v = v + prior[:, None, :, 0]  # start from the prior mean (additive or combination); network: the rest
+        return v
+
+    def _subset(self, n_genes: int) -> Tensor | None:
+        k = self.flow["max_genes"]
+        if not self.training or not k or k >= n_genes:
+            return None
+        return torch.randperm(n_genes, device=self.device)[:k].sort().values
+
+    def losses(self, batch: dict) -> dict[str, Tensor]:
+        """``{"loss", "cfm", "mmd"}`` on one batch."""
+        x1, xc, pert = batch["x_pert"], batch["x_ctrl"], batch["pert_genes"]
+        genes = self._subset(x1.shape[-1])
+        if genes is not None:
+            x1, xc = x1[..., genes], xc[..., genes]
+        xc = self.path.pair(x1, xc)
+        x0 = self.path.initial(xc)
+        t = torch.rand(x1.shape[:2], device=x1.device, dtype=x1.dtype)
+        xt, u = self.path.interpolate(x0, x1, t)
+        v = self.velocity(xt, t, xc, pert, genes)
+        cfm = (v - u).pow(2).mean()
+        mmd = mmd2(self.path.endpoint(xt, t, v), x1, tuple(self.flow["mmd_scales"])).mean()
+        return {"loss": cfm + self.flow["mmd_weight"] * mmd, "cfm": cfm, "mmd": mmd}
+
+    @torch.no_grad()
+    def sample(self, x_ctrl: Tensor, pert: Tensor, steps: int | None = None, method: str | None = None,
+               generator: torch.Generator | None = None, x0: Tensor | None = None) -> Tensor:
+        """One generated cell per control cell: ``x_ctrl`` ``(C, N, G)``, ``pert`` ``(C, P)`` → ``(C, N, G)``.
+
+        ``x0``: start of the ODE (default: the path's start drawn with ``generator``).
+        """
+        x0 = self.path.initial(x_ctrl, generator) if x0 is None else x0
+        prior = self.prior(pert)
+
+        def field(x: Tensor, t: Tensor) -> Tensor:
+            return self.velocity(x, t.expand(x.shape[:2]), x_ctrl, pert, prior=prior)
+
+        return integrate(field, x0, steps or self.flow["steps"], method or self.flow["method"])
+
+    def _log_all(self, stage: str, batch: dict, out: dict[str, Tensor]) -> None:
+        c = len(batch["condition"])
+        for name, value in out.items():
+            self.log(f"{stage}_{name}", value, batch_size=c, prog_bar=name == "loss", sync_dist=stage != "train")
+
+    def training_step(self, batch: dict, batch_idx: int) -> Tensor:
+        out = self.losses(batch)
+        self._log_all("train", batch, out)
+        return out["loss"]
+
+    def _evaluate(self, batch: dict, stage: str) -> None:
+        out = self.losses(batch)
+        gen = self.sample(batch["x_ctrl"], batch["pert_genes"], self.flow["val_steps"], "euler")
+        out["mae"] = (gen.mean(1) - batch["x_pert"].mean(1)).abs().mean()  # mean-expression MAE (selection metric)
+        self._log_all(stage, batch, out)
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        self._evaluate(batch, "val")
+
+    def test_step(self, batch: dict, batch_idx: int) -> None:
+        self._evaluate(batch, "test")
+
+    def predict_step(self, batch: dict, batch_idx: int = 0) -> Prediction:
+        """Mean effect ``Δ̂ = mean(generated) − mean(control)`` ``(C, G)``; generated cells in ``meta["cells"]``."""
+        cells = self.sample(batch["x_ctrl"], batch["pert_genes"])
+        effect = cells.mean(1) - batch["x_ctrl"].mean(1)
+        return Prediction(mean=effect, meta={"cells": cells, "conditions": list(batch["condition"]),
+                                              "genes": self.measured_genes, "unit": "log1p expression"})
+
+    @property
+    def measured_genes(self) -> list[str]:
+        """Names of the expression columns ``G`` (the first ``n_measured`` vocabulary entries)."""
+        genes = list(self.hparams.genes)
+        return genes[: self.hparams.n_measured or len(genes)]
+
+    def configure_optimizers(self):
+        opt = torch.optim.AdamW(self.parameters(), lr=self.optim["lr"], weight_decay=self.optim["weight_decay"])
+        if self.optim["scheduler"] == "none":
+            return opt
+        steps = max(int(self.trainer.estimated_stepping_batches), 1)
+        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=self.optim["lr"], total_steps=steps, pct_start=0.05)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}

@@ -1,0 +1,220 @@
+"""Simulated perturbation screens with ground truth (``sciml data grn``).
+
+A random :class:`~sciml.perturbation.sim.grn.GRN` is perturbed gene by gene and in pairs; each cell gets its own
+perturbation efficiency and cell scale, relaxes by chemical Langevin steps, and is read out as negative-binomial
+counts with a log-normal library size; ``X = log1p(counts / library · target_sum)`` (:mod:`sciml.perturbation.data.anndata_io`).
+
+Ground truth stored in ``uns['grn']``: the noise-free condition means in the same log1p space (steady state at the
+mean efficiency, no counting noise), the network, and the interaction vector of each double
+``ε_ab = μ_ab − μ_a − μ_b + μ_ctrl``. The noise floor of a double is the expected norm of the error of ε estimated
+from its real cells, ``sqrt(Σ_g Σ_c var_cg / n_c)`` over the four conditions c ∈ {ab, a, b, ctrl}.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+import numpy as np
+
+from sciml.perturbation.data.anndata_io import TARGET_SUM
+from sciml.perturbation.data.conditions import format_condition
+from sciml.perturbation.sim.grn import GRN, random_grn
+
+PERTURBATION_TYPES = ("knockdown", "knockout", "activation")
+
+
+@dataclass
+class SimConfig:
+    """Simulator settings (all seeded by ``seed``); the defaults run in seconds on one core."""
+
+    seed: int = 0
+    n_genes: int = 100
+    n_masters: int = 10
+    n_regulators: int = 30
+    and_share: float = 0.5  # share of two-regulator AND terms: the non-additivity knob
+    n_singles: int = 20
+    n_doubles: int = 30
+    and_pair_share: float = 0.7  # share of doubles drawn from regulator pairs of AND terms
+    cells_per_condition: int = 200
+    control_cells: int = 600
+    perturbation: str = "knockdown"  # knockdown | knockout | activation
+    efficiency: float = 0.9  # mean knockdown efficiency e (multiplier 1 - e), Beta-distributed per cell
+    efficiency_concentration: float = 20.0
+    activation: float = 3.0  # mean activation a (multiplier 1 + a), gamma-distributed per cell
+    cell_scale_sd: float = 0.1  # sd of log cell scale s_c
+    noise: float = 1.0  # chemical Langevin noise amplitude
+    steps: int = 60
+    dt: float = 0.08
+    level: float = 20.0  # typical molecules per gene
+    depth: float = 2000.0  # mean counts per cell
+    library_sd: float = 0.3  # sd of log library size
+    dispersion: float = 10.0  # negative-binomial θ (variance μ + μ²/θ)
+    target_sum: float = TARGET_SUM
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> SimConfig:
+        """Build from a mapping; unknown keys are a ``ValueError`` naming them."""
+        data = dict(data or {})
+        unknown = set(data) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f"grn config: unknown keys {sorted(unknown)}; known: {[f.name for f in fields(cls)]}")
+        try:
+            cfg = cls(**{k: type(getattr(cls, k))(v) for k, v in data.items()})
+        except (TypeError, ValueError):
+            raise ValueError(f"grn config: a value has the wrong type in {data}; numbers for counts and "
+                             "rates, a name for 'perturbation'") from None
+        bad = [f.name for f in fields(cls) if f.name not in ("seed", "perturbation") and getattr(cfg, f.name) < 0]
+        bad += [n for n in ("n_genes", "cells_per_condition", "control_cells", "steps") if getattr(cfg, n) < 1]
+        if bad:
+            raise ValueError(f"grn config: {sorted(set(bad))} must be positive (counts >= 1, rates >= 0)")
+        if cfg.n_regulators > cfg.n_genes or cfg.n_masters > cfg.n_genes:
+            raise ValueError(f"grn config: n_regulators {cfg.n_regulators} and n_masters {cfg.n_masters} must "
+                             f"not exceed n_genes {cfg.n_genes}")
+        if cfg.perturbation not in PERTURBATION_TYPES:
+            raise ValueError(f"grn config: perturbation {cfg.perturbation!r}; choose one of {PERTURBATION_TYPES}")
+        if cfg.n_singles > cfg.n_regulators:
+            raise ValueError(f"grn config: n_singles {cfg.n_singles} > n_regulators {cfg.n_regulators}")
+        return cfg
+
+
+def choose_conditions(grn: GRN, cfg: SimConfig, rng: np.random.Generator) -> list[tuple[int, ...]]:
+    """Singles among regulators (AND partners first) and doubles (a share from AND pairs, the rest random)."""
+    targets = {int(r) for r in grn.regs.ravel() if r >= 0}
+    pairs = [p for p in grn.and_pairs() if p[0] in targets and p[1] in targets]
+    # AND pairs driving many genes first (random tie-break): their doubles carry the largest interactions
+    weight = {p: sum(tuple(sorted(r)) == p for r in grn.regs.tolist()) + rng.random() for p in pairs}
+    singles: list[int] = []
+    for p in sorted(pairs, key=weight.get, reverse=True):
+        if len(singles) + len(set(p) - set(singles)) <= round(0.75 * cfg.n_singles):
+            singles += [g for g in p if g not in singles]
+    rest = [int(g) for g in rng.permutation(sorted(targets)) if g not in singles]
+    singles = sorted(singles + rest[: cfg.n_singles - len(singles)])
+    in_pool = [p for p in pairs if p[0] in singles and p[1] in singles]
+    n_and = min(len(in_pool), int(round(cfg.and_pair_share * cfg.n_doubles)))
+    doubles = [in_pool[i] for i in rng.choice(len(in_pool), n_and, replace=False)]
+    all_pairs = [(a, b) for i, a in enumerate(singles) for b in singles[i + 1:] if (a, b) not in doubles]
+    doubles += [all_pairs[i] for i in rng.choice(len(all_pairs), cfg.n_doubles - n_and, replace=False)]
+    return [()] + [(g,) for g in singles] + sorted(doubles)
+
+
+def multipliers(genes: tuple[int, ...], n: int, n_genes: int, cfg: SimConfig, rng) -> tuple[np.ndarray, np.ndarray]:
+    """Per-cell production multipliers (n, G) and per-cell efficiencies (n,) of one condition."""
+    mult = np.ones((n, n_genes))
+    k = cfg.efficiency_concentration
+    if cfg.perturbation == "knockdown":
+        eff = rng.beta(k * cfg.efficiency, k * (1 - cfg.efficiency), n)
+        factor = 1 - eff
+    elif cfg.perturbation == "knockout":
+        eff, factor = np.ones(n), np.zeros(n)
+    else:
+        eff = rng.gamma(k, cfg.activation / k, n)
+        factor = 1 + eff
+    for g in genes:
+        mult[:, g] = factor
+    return mult, (eff if genes else np.zeros(n))
+
+
+def mean_multiplier(genes: tuple[int, ...], n_genes: int, cfg: SimConfig) -> np.ndarray:
+    """Multipliers (G,) at the mean efficiency (noise-free ground truth)."""
+    mult = np.ones(n_genes)
+    factor = {"knockdown": 1 - cfg.efficiency, "knockout": 0.0, "activation": 1 + cfg.activation}[cfg.perturbation]
+    mult[list(genes)] = factor
+    return mult
+
+
+def counts_from_levels(x: np.ndarray, cfg: SimConfig, rng: np.random.Generator) -> np.ndarray:
+    """Negative-binomial counts (Gamma–Poisson) with mean ℓ_c · depth · x / mean total, ℓ_c log-normal."""
+    lib = rng.lognormal(-0.5 * cfg.library_sd**2, cfg.library_sd, (len(x), 1))
+    mu = lib * cfg.depth * x / max(float(x.sum(axis=1).mean()), 1e-12)
+    rate = rng.gamma(cfg.dispersion, np.maximum(mu, 1e-12) / cfg.dispersion)
+    return rng.poisson(rate).astype(np.float32)
+
+
+def normalise(counts: np.ndarray, target_sum: float) -> np.ndarray:
+    """``log1p(counts / library · target_sum)`` per cell (float32)."""
+    lib = np.maximum(counts.sum(axis=-1, keepdims=True), 1e-12)
+    return np.log1p(counts / lib * target_sum).astype(np.float32)
+
+
+def gene_names(n: int) -> list[str]:
+    """Gene symbols ``G000``, ``G001``, ... (zero-padded so that sorting keeps the network order)."""
+    width = max(3, len(str(n - 1)))
+    return [f"G{i:0{width}d}" for i in range(n)]
+
+
+def simulate_conditions(grn: GRN, conds: list[tuple[int, ...]], cfg: SimConfig, rng) -> dict:
+    """Cells of every condition: ``counts`` (cells, G), ``cond`` index per cell, ``efficiency`` per cell."""
+    counts, cond, eff = [], [], []
+    for i, genes in enumerate(conds):
+        n = cfg.control_cells if not genes else cfg.cells_per_condition
+        mult, e = multipliers(genes, n, grn.n_genes, cfg, rng)
+        scale = rng.lognormal(0.0, cfg.cell_scale_sd, (n, 1))
+        x0 = grn.steady_state(mult, scale)
+        x = grn.langevin(x0, mult, scale, rng, cfg.steps, cfg.dt, cfg.noise)
+        counts.append(counts_from_levels(x, cfg, rng))
+        cond += [i] * n
+        eff.append(e)
+    return {"counts": np.concatenate(counts), "cond": np.array(cond), "efficiency": np.concatenate(eff)}
+
+
+def ground_truth(grn: GRN, conds: list[tuple[int, ...]], x_log: np.ndarray, cond: np.ndarray,
+                 cfg: SimConfig) -> dict:
+    """Noise-free means (n_cond, G), interaction vectors of doubles, their noise floors and the interacting share."""
+    truth = np.stack([normalise(grn.steady_state(mean_multiplier(c, grn.n_genes, cfg))[None], cfg.target_sum)[0]
+                      for c in conds])
+    var = np.stack([x_log[cond == i].var(axis=0, ddof=1) / max((cond == i).sum(), 1) for i in range(len(conds))])
+    index = {c: i for i, c in enumerate(conds)}
+    doubles = [c for c in conds if len(c) == 2]
+    eps, floor = [], []
+    for a, b in doubles:
+        rows = [index[(a, b)], index[(a,)], index[(b,)], index[()]]
+        eps.append(truth[rows[0]] - truth[rows[1]] - truth[rows[2]] + truth[rows[3]])
+        floor.append(float(np.sqrt(var[rows].sum())))
+    eps = np.array(eps).reshape(len(doubles), grn.n_genes)
+    norms = np.linalg.norm(eps, axis=1)
+    return {"true_mean": truth.astype(np.float32), "interaction": eps.astype(np.float32),
+            "interaction_norm": norms, "noise_floor": np.array(floor),
+            "fraction_interacting": float(np.mean(norms > np.array(floor))) if doubles else 0.0}
+
+
+def simulate(cfg: SimConfig | dict | None = None):
+    """Simulate a screen; return an AnnData (GEARS ``obs['condition']``, ``layers['counts']``, ``uns['grn']``).
+
+    ``uns['grn']`` holds ``config``, ``conditions`` (labels, row order of ``true_mean``), ``true_mean``
+    (n_cond, G) noise-free log1p means, ``doubles`` and ``interaction`` (n_double, G), ``interaction_norm``,
+    ``noise_floor``, ``fraction_interacting``, ``and_pairs`` (gene symbols joined by ``+``) and ``edges``
+    (E, 4: regulator, target, term, sign).
+    """
+    import anndata as ad
+    import pandas as pd
+
+    cfg = cfg if isinstance(cfg, SimConfig) else SimConfig.from_dict(cfg)
+    rng = np.random.default_rng(cfg.seed)
+    grn = random_grn(cfg.n_genes, cfg.n_masters, cfg.n_regulators, cfg.and_share, rng, level=cfg.level)
+    conds = choose_conditions(grn, cfg, rng)
+    cells = simulate_conditions(grn, conds, cfg, rng)
+    x_log = normalise(cells["counts"], cfg.target_sum)
+    genes = gene_names(cfg.n_genes)
+    labels = [format_condition([genes[g] for g in c]) for c in conds]
+    truth = ground_truth(grn, conds, x_log, cells["cond"], cfg)
+    obs = pd.DataFrame({"condition": pd.Categorical([labels[i] for i in cells["cond"]], categories=labels),
+                        "perturbation_type": np.where(cells["cond"] == 0, "control", cfg.perturbation),
+                        "efficiency": cells["efficiency"].astype(np.float32)},
+                       index=[f"cell{i}" for i in range(len(x_log))])
+    adata = ad.AnnData(X=x_log, obs=obs, var=pd.DataFrame(index=genes), layers={"counts": cells["counts"]})
+    adata.uns["grn"] = {"config": asdict(cfg), "conditions": labels,
+                        "doubles": [lab for lab, c in zip(labels, conds, strict=True) if len(c) == 2],
+                        "and_pairs": [f"{genes[a]}+{genes[b]}" for a, b in grn.and_pairs()],
+                        "edges": grn.edges(), **truth}
+    return adata
+
+
+def read_ground_truth(adata) -> dict:
+    """``uns['grn']`` of a simulated AnnData with ``true_mean`` and ``interaction`` keyed by condition label."""
+    if "grn" not in adata.uns:
+        raise ValueError("this AnnData has no uns['grn'] ground truth (write it with `sciml data grn`)")
+    g = adata.uns["grn"]
+    return {"true_mean": dict(zip(list(g["conditions"]), np.asarray(g["true_mean"]), strict=True)),
+            "interaction": dict(zip(list(g["doubles"]), np.asarray(g["interaction"]), strict=True)),
+            "noise_floor": dict(zip(list(g["doubles"]), np.asarray(g["noise_floor"]), strict=True)),
+            "and_pairs": list(g["and_pairs"]), "fraction_interacting": float(g["fraction_interacting"])}

@@ -1,0 +1,59 @@
+"""Build the perturbation data module and flow model from a config dict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from sciml.perturbation.data.datamodule import PerturbationDataModule
+from sciml.perturbation.module import PerturbationFlow
+
+
+def datamodule(cfg: dict, run_dir: Path | None = None) -> PerturbationDataModule:
+    """The data module of ``cfg["data"]``, set up (read, validated, split, genes selected, graph built)."""
+    dm = PerturbationDataModule.from_config(cfg["data"], str(run_dir) if run_dir else None)
+    dm.setup()
+    return dm
+
+
+def training_perturbed_genes(dm: PerturbationDataModule) -> list[str]:
+    """Genes perturbed (alone or in a combination) in the training split, sorted."""
+    return sorted({g for key in dm.conditions["train"] for g in dm.perturbation(key)})
+
+
+def build(cfg: dict, run_dir: Path | None = None) -> tuple[PerturbationDataModule, PerturbationFlow]:
+    """Data module plus a flow model over its gene vocabulary, with the data module's gene graph."""
+    dm = datamodule(cfg, run_dir)
+    model_cfg = cfg["model"]
+    model = PerturbationFlow(network=model_cfg.get("network", {}), genes=list(dm.perturbation_genes),
+                             n_measured=len(dm.genes), perturbed_genes=training_perturbed_genes(dm),
+                             flow=model_cfg.get("flow"), optim=model_cfg.get("optim"),
+                             effect_prior=bool(model_cfg.get("effect_prior", True)))
+    model.net.set_graph(dm.gene_graph)
+    singles = training_single_effects(dm)
+    model.set_single_effects(singles)
+    model.fit_combination(training_doubles(dm), torch.as_tensor(dm.control_matrix().mean(0)), int(cfg.get("seed", 0)))
+    return dm, model
+
+
+def training_doubles(dm: PerturbationDataModule) -> list[tuple[int, int, torch.Tensor]]:
+    """``(index a, index b, mean effect (G,))`` of the double perturbations in the training split."""
+    out = []
+    for key in dm.conditions["train"]:
+        if len(dm.perturbation(key)) == 2:
+            a, b = dm.encode(key)
+            delta = dm.cells(key).mean(0) - dm.control_matrix(key).mean(0)
+            out.append((a, b, torch.as_tensor(delta, dtype=torch.float32)))
+    return out
+
+
+def training_single_effects(dm: PerturbationDataModule) -> dict[int, torch.Tensor]:
+    """``{vocabulary index: mean effect (G,)}`` of the single perturbations in the training split."""
+    out = {}
+    for key in dm.conditions["train"]:
+        genes = dm.perturbation(key)
+        if len(genes) == 1:
+            delta = dm.cells(key).mean(0) - dm.control_matrix(key).mean(0)
+            out[dm.encode(key)[0]] = torch.as_tensor(delta, dtype=torch.float32)
+    return out
