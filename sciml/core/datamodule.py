@@ -1,4 +1,4 @@
-"""Data-module base shared by every task: the four splits of DESIGN §3 as Lightning loaders."""
+"""Data-module base shared by every task: the four splits of docs/design.md §3 as Lightning loaders."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ def random_split(n: int, fractions: Sequence[float], seed: int) -> dict[str, np.
         Number of items.
     fractions : sequence of 4 floats
         Fractions for train, val, calib, test (must sum to 1). The calibration split is never used for
-        early stopping (DESIGN §3).
+        early stopping (docs/design.md §3).
     seed : int
         Seed of ``numpy.random.default_rng``.
 

@@ -12,8 +12,9 @@ from sciml.crystal.data.graphs import GraphSettings
 from sciml.core.io.artifact import ArtifactError, load_artifact
 from sciml.crystal.module import CrystalRegressor
 from sciml.uq.split import calibrator_from_dict
+from sciml.core.io.shipped import shipped_path
 
-DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "checkpoints" / "perov5-heat-all"
+DEFAULT_MODEL = shipped_path("checkpoints/perov5-heat-all")
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""``export``: turn a Lightning checkpoint into a calibrated, self-describing artifact (DESIGN §4)."""
+"""``export``: turn a Lightning checkpoint into a calibrated, self-describing artifact (docs/design.md §4)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from sciml.uq.groups import predict_interval
 
 
 def columns(target: str) -> list[str]:
-    """CSV columns of ``crystal predict`` (DESIGN §2), plus ``error``."""
+    """CSV columns of ``crystal predict`` (docs/design.md §2), plus ``error``."""
     return ["source", "formula", "n_atoms", target, f"{target}_lower", f"{target}_upper", "alpha", "note", "error"]
 
 

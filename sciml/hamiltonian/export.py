@@ -1,4 +1,4 @@
-"""Evaluate a Hamiltonian module on a split and export it as a calibrated artifact (DESIGN §4).
+"""Evaluate a Hamiltonian module on a split and export it as a calibrated artifact (docs/design.md §4).
 
 Metrics (refs/HAMILTONIAN.md): MAE of all matrix entries of H (µHartree), the gauge-corrected MAE
 ``MAE(H_pred, H_ref + μS)`` with ``μ = ⟨H_pred − H_ref, S⟩/⟨S, S⟩`` per structure, MAE of occupied orbital

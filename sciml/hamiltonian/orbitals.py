@@ -9,7 +9,7 @@ points (so it follows whatever e3nn's convention is), and for a whole matrix
     M_e3nn = U M_pyscf U^T,   U = blockdiag(T_l over atoms and shells)   (U orthogonal).
 
 Checked by the rotation rule H_ij(Qr) = D_i(Q) H_ij(r) D_j(Q)^T on pyscf integrals and Fock matrices
-(``tests/unit/test_hamiltonian_orbitals.py``). The conversion happens once, at the I/O boundary (DESIGN §3).
+(``tests/unit/test_hamiltonian_orbitals.py``). The conversion happens once, at the I/O boundary (docs/design.md §3).
 """
 
 from __future__ import annotations

@@ -23,8 +23,9 @@ from sciml.hamiltonian.units import HARTREE_EV
 from sciml.core.io.artifact import ArtifactError, load_artifact
 from sciml.hamiltonian.module import HamiltonianModule
 from sciml.uq.split import calibrator_from_dict
+from sciml.core.io.shipped import shipped_path
 
-DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "checkpoints" / "water-pbe-def2svp"
+DEFAULT_MODEL = shipped_path("checkpoints/water-pbe-def2svp")
 
 
 @dataclass

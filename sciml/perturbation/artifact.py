@@ -9,8 +9,9 @@ from sciml.perturbation.data.conditions import UnknownGeneError, format_conditio
 from sciml.core.io.artifact import ArtifactError, load_artifact
 from sciml.perturbation.module import PerturbationFlow
 from sciml.perturbation.uncertainty import EffectBands
+from sciml.core.io.shipped import shipped_path
 
-DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "checkpoints" / "grn-default"
+DEFAULT_MODEL = shipped_path("checkpoints/grn-default")
 
 
 @dataclass

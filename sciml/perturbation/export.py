@@ -1,4 +1,4 @@
-"""Export a perturbation checkpoint to an artifact (DESIGN §4) with conformal effect bands and a model card."""
+"""Export a perturbation checkpoint to an artifact (docs/design.md §4) with conformal effect bands and a model card."""
 
 from __future__ import annotations
 

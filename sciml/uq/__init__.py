@@ -1,6 +1,6 @@
 """Model-agnostic, tensor-native calibration: scores, conformal calibrators, typed sets and metrics.
 
-Calibrator state lives in buffers so that it travels in ``state_dict``. See ``DESIGN.md`` section 5.
+Calibrator state lives in buffers so that it travels in ``state_dict``. See ``docs/design.md`` §5.
 """
 
 from __future__ import annotations

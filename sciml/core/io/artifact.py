@@ -1,4 +1,4 @@
-"""Model artifacts (DESIGN §4): a folder with config, safetensors weights, metadata, calibrator, card.
+"""Model artifacts (docs/design.md §4): a folder with config, safetensors weights, metadata, calibrator, card.
 
 Loading never unpickles anything: weights come from safetensors, everything else from JSON/YAML, and
 every failure is an :class:`ArtifactError` with a one-line message naming the file.

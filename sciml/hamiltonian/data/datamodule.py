@@ -1,4 +1,4 @@
-"""Hamiltonian data module: structures → graphs with H0/H block irreps, seeded splits, batching (DESIGN §3).
+"""Hamiltonian data module: structures → graphs with H0/H block irreps, seeded splits, batching (docs/design.md §3).
 
 A molecule becomes a graph with one node per atom and one directed edge per ordered pair ``i ≠ j`` within
 ``cutoff`` Å (all pairs for small molecules). Node ``i`` carries the on-site blocks ``H0_ii`` and ``H_ii``,

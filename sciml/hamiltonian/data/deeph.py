@@ -1,4 +1,4 @@
-"""DeepH folder layout: one folder per structure (DESIGN §3).
+"""DeepH folder layout: one folder per structure (docs/design.md §3).
 
 Files (lengths in Å):
 - ``element.dat``: atomic numbers, one per line; ``site_positions.dat``: 3 x n_sites, columns are positions;

@@ -1,4 +1,4 @@
-"""Orbital blocks <-> irreps: the Clebsch–Gordan change of basis of ``l_a ⊗ l_b`` (DESIGN §3).
+"""Orbital blocks <-> irreps: the Clebsch–Gordan change of basis of ``l_a ⊗ l_b`` (docs/design.md §3).
 
 A block between an atom with shells ``(l_a, ...)`` and an atom with shells ``(l_b, ...)`` is a sum of
 ``(2l_a+1)×(2l_b+1)`` sub-blocks, one per shell pair. Each sub-block decomposes into irreps

@@ -1,4 +1,4 @@
-"""Read, validate and write AnnData for perturbation data (DESIGN §3).
+"""Read, validate and write AnnData for perturbation data (docs/design.md §3).
 
 Expression inside the package is ``log1p(counts / library_size · target_sum)`` (float32, cells × genes).
 Input is either already log1p-normalised in ``X`` (default) or raw counts in a named layer

@@ -1,6 +1,6 @@
 """Perturbation condition labels: parse GEARS and scPerturb conventions into one canonical form.
 
-Conventions accepted (DESIGN §3):
+Conventions accepted (docs/design.md §3):
 
 - GEARS: ``ctrl`` (control), ``A+ctrl`` or ``ctrl+A`` (single), ``A+B`` (double);
 - scPerturb / PerturBench: a configurable control label (e.g. ``control``), ``A`` (single), ``A+B`` (double).

@@ -40,7 +40,7 @@ SPLIT_DEFAULTS = {"kind": "combo_seen2", "seed": 0, "holdout": 0.5, "fractions":
 
 
 class PerturbationDataModule(SplitDataModule):
-    """Perturbation data over AnnData (DESIGN §3); see the module docstring for the batch contract.
+    """Perturbation data over AnnData (docs/design.md §3); see the module docstring for the batch contract.
 
     Parameters
     ----------

@@ -1,7 +1,7 @@
 """Seeded condition-level splits for perturbation data (GEARS-style), written as JSON next to the run.
 
 Every kind returns train / val / calib / test lists of condition keys (the calibration split is never used for
-early stopping, DESIGN §3), an ``excluded`` list, and a category per condition:
+early stopping, docs/design.md §3), an ``excluded`` list, and a category per condition:
 
 - ``unseen_single``: a share of the single-perturbation *genes* is held out; every condition touching a held-out
   gene leaves training (so no held-out gene is ever seen perturbed in training);
