@@ -1,0 +1,42 @@
+"""The import layers of ``.importlinter`` hold (cli -> families -> core, uq; families independent; nn without Lightning)."""
+
+from __future__ import annotations
+
+import configparser
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _lint_imports() -> str:
+    exe = shutil.which("lint-imports") or str(Path(sys.executable).with_name("lint-imports"))
+    if not Path(exe).exists():
+        pytest.skip("import-linter is not installed (pip install import-linter)")
+    return exe
+
+
+def test_contracts_name_every_family_and_layer():
+    """The contracts cover what docs/design.md §1 states, so a deleted contract fails here, not silently."""
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / ".importlinter")
+    contracts = {s.split(":")[-1]: cfg[s] for s in cfg.sections() if s.startswith("importlinter:contract:")}
+    assert set(contracts) >= {"layers", "families", "base", "nn", "uq"}
+    families = {"sciml.crystal", "sciml.hamiltonian", "sciml.perturbation"}
+    assert set(contracts["families"]["modules"].split()) == families
+    assert {f"{f}.nn" for f in families} == set(contracts["nn"]["source_modules"].split())
+    assert "lightning" in contracts["nn"]["forbidden_modules"].split()
+    assert cfg["importlinter"].getboolean("include_external_packages")
+    assert families | {"sciml.cli"} <= set(contracts["base"]["forbidden_modules"].split())
+    assert {"sciml.core", "sciml.uq"} == set(contracts["base"]["source_modules"].split())
+
+
+def test_lint_imports_passes():
+    exe = _lint_imports()
+    run = subprocess.run([exe, "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert "0 broken" in run.stdout
