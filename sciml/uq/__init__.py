@@ -9,6 +9,7 @@ from .aci import ACI
 from .active_ppi import PPIEstimate, active_ppi_mean, query_probabilities
 from .classification import APS, CLASSIFICATION_SCORES, LAC, RAPS, ClassificationScore
 from .cop import COP, cop_bound
+from .domain import DomainScore, knn_distance
 from .ellipsoid import Ellipsoid
 from .fair import FairConformal, afcp_select, conformal_pvalues
 from .human_ai import HumanAIConformal, OnlineHumanAI, collaborative_set, human_ai_bound
@@ -38,6 +39,13 @@ from .spi import SPIConformal, rank_pmf, rank_windows
 from .split import CALIBRATORS, SplitConformal, calibrator_from_dict
 from .up_ocp import UPOCP
 from .vector import VECTOR_SCORES, Mahalanobis, SupNorm, VectorScore, upper_triangle, vector_score_from_dict
+from .weighted import (
+    WeightedThresholds,
+    density_ratio,
+    effective_sample_size,
+    weighted_conformal_threshold,
+    weighted_thresholds,
+)
 
 __all__ = [
     "ACI",
@@ -56,6 +64,7 @@ __all__ = [
     "Box",
     "ClassificationScore",
     "ConformalPID",
+    "DomainScore",
     "Ellipsoid",
     "FairConformal",
     "HumanAIConformal",
@@ -79,6 +88,7 @@ __all__ = [
     "SplitConformal",
     "SupNorm",
     "VectorScore",
+    "WeightedThresholds",
     "active_ppi_mean",
     "afcp_select",
     "calibrator_from_dict",
@@ -89,12 +99,15 @@ __all__ = [
     "conformal_rank",
     "cop_bound",
     "coverage",
+    "density_ratio",
+    "effective_sample_size",
     "expected_size",
     "get_score",
     "group_coverage",
     "human_ai_bound",
     "isotonic_fit",
     "isotonic_predict",
+    "knn_distance",
     "long_run_coverage",
     "mean_width",
     "pid_bound",
@@ -107,7 +120,9 @@ __all__ = [
     "stopping_size",
     "upper_triangle",
     "vector_score_from_dict",
+    "weighted_conformal_threshold",
     "weighted_quantile",
+    "weighted_thresholds",
     "winkler_score",
     "worst_group_coverage",
     "worst_slab_coverage",
