@@ -51,11 +51,26 @@ from ._checks import check_calibrator_dict, float_list, is_int, resize_buffers, 
 from .fair import conformal_pvalues
 from .quantile import check_alpha
 
-__all__ = ["DomainScore", "knn_distance"]
+__all__ = ["DomainScore", "check_embeddings", "knn_distance"]
 
 FORMAT_VERSION = 1
 _SCALE_FLOOR = 1e-3  # relative to the mean training scale
 _CHUNK = 1024  # query rows per distance block: memory ~ _CHUNK * n_reference floats
+
+
+def check_embeddings(emb: Tensor, name: str, dim: int | None = None) -> Tensor:
+    """Return ``emb`` detached as float64; ``ValueError`` unless it is a finite floating ``(n, d)`` tensor.
+
+    ``dim``, when given, is the ``d`` the embeddings must have (the one a score was fitted on).
+    """
+    if not isinstance(emb, Tensor) or emb.dim() != 2 or not emb.is_floating_point():
+        got = f"{emb.dtype} {tuple(emb.shape)}" if isinstance(emb, Tensor) else type(emb).__name__
+        raise ValueError(f"{name} must be a floating tensor of shape (n, d), got {got}")
+    if dim is not None and emb.shape[1] != dim:
+        raise ValueError(f"{name} has dimension d={emb.shape[1]}, the fitted embeddings have d={dim}")
+    if not torch.isfinite(emb).all():
+        raise ValueError(f"{name} contains NaN or inf; embeddings must be finite")
+    return emb.detach().to(torch.float64)
 
 
 def knn_distance(query: Tensor, reference: Tensor, k: int) -> Tensor:
@@ -132,16 +147,6 @@ class DomainScore(nn.Module):
         """Number of calibration scores (0 before :meth:`fit`)."""
         return self.cal_scores.numel()
 
-    def _embeddings(self, emb: Tensor, name: str, dim: int | None) -> Tensor:
-        if not isinstance(emb, Tensor) or emb.dim() != 2 or not emb.is_floating_point():
-            got = f"{emb.dtype} {tuple(emb.shape)}" if isinstance(emb, Tensor) else type(emb).__name__
-            raise ValueError(f"{name} must be a floating tensor of shape (n, d), got {got}")
-        if dim is not None and emb.shape[1] != dim:
-            raise ValueError(f"{name} has dimension d={emb.shape[1]}, the domain score was fitted on d={dim}")
-        if not torch.isfinite(emb).all():
-            raise ValueError(f"{name} contains NaN or inf; embeddings must be finite")
-        return emb.detach().to(device=self.mean.device, dtype=torch.float64)
-
     def fit(self, train_emb: Tensor, calib_emb: Tensor, seed: int = 0) -> DomainScore:
         """Fit the standardisation and coreset on ``train_emb`` and calibrate on held-out ``calib_emb``.
 
@@ -166,8 +171,8 @@ class DomainScore(nn.Module):
             On bad shapes or values, too few points, or when most calibration rows also occur in ``train_emb``.
 
         """
-        train = self._embeddings(train_emb, "train_emb", None)
-        calib = self._embeddings(calib_emb, "calib_emb", train.shape[1])
+        train = check_embeddings(train_emb, "train_emb").to(self.mean.device)
+        calib = check_embeddings(calib_emb, "calib_emb", train.shape[1]).to(self.mean.device)
         if train.shape[0] < max(2, self.k):
             raise ValueError(f"train_emb has {train.shape[0]} rows; need at least max(2, k={self.k})")
         _check_beta_feasible(self.beta, calib.shape[0])
@@ -195,7 +200,7 @@ class DomainScore(nn.Module):
         """Nonconformity score ``s(x)``, shape ``(m,)``: larger = farther from the training data."""
         if self.reference.numel() == 0:
             raise RuntimeError("DomainScore is not fitted; call fit(train_emb, calib_emb) or from_dict first")
-        z = (self._embeddings(emb, "emb", self.dim) - self.mean) / self.scale
+        z = (check_embeddings(emb, "emb", self.dim).to(self.mean.device) - self.mean) / self.scale
         return knn_distance(z, self.reference, self.k)
 
     def pvalue(self, emb: Tensor) -> Tensor:

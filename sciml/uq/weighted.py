@@ -34,6 +34,7 @@ import torch
 from torch import Tensor
 
 from ._checks import finite_real, is_int
+from .domain import check_embeddings
 from .quantile import check_alpha
 from .rescp import weighted_quantile
 
@@ -155,7 +156,8 @@ def density_ratio(
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import StratifiedKFold
 
-    n, m = _embeddings(cal_emb, "cal_emb", None), _embeddings(test_emb, "test_emb", cal_emb.shape[1])
+    cal, test = check_embeddings(cal_emb, "cal_emb"), check_embeddings(test_emb, "test_emb", cal_emb.shape[1])
+    n, m = cal.shape[0], test.shape[0]
     if not is_int(n_folds) or n_folds < 1 or min(n, m) < max(2, n_folds):
         raise ValueError(
             f"density_ratio needs n_folds >= 1 and at least max(2, n_folds={n_folds}) calibration and "
@@ -163,7 +165,7 @@ def density_ratio(
         )
     if finite_real(clip, "clip") <= 1 or finite_real(C, "C") <= 0:
         raise ValueError(f"clip must be > 1 and C > 0, got clip={clip!r}, C={C!r}")
-    x = torch.cat([cal_emb, test_emb]).detach().cpu().double()
+    x = torch.cat([cal, test]).cpu()
     x = (x - x.mean(0)) / x.std(0).clamp_min(1e-12)
     if n_components is not None and x.shape[1] > n_components:
         x = x @ torch.linalg.svd(x, full_matrices=False).Vh[:n_components].T
@@ -218,7 +220,7 @@ def weighted_thresholds(
 
     """
     alpha = check_alpha(alpha)
-    _vector(cal_scores, "cal_scores", _embeddings(cal_emb, "cal_emb", None))
+    _vector(cal_scores, "cal_scores", check_embeddings(cal_emb, "cal_emb").shape[0])
     if finite_real(min_ess, "min_ess") < 0:
         raise ValueError(f"min_ess must be >= 0, got {min_ess!r}")
     w_cal, w_test = density_ratio(
@@ -239,13 +241,3 @@ def _vector(x: Tensor, name: str, n: int | None = None) -> None:
         raise ValueError(f"{name} has {x.numel()} entries, expected {n} (one per calibration row)")
     if not torch.isfinite(x).all():
         raise ValueError(f"{name} must be finite (no NaN or inf)")
-
-
-def _embeddings(emb: Tensor, name: str, d: int | None) -> int:
-    if not isinstance(emb, Tensor) or emb.dim() != 2 or not emb.is_floating_point():
-        raise ValueError(f"{name} must be a floating tensor of shape (n, d)")
-    if d is not None and emb.shape[1] != d:
-        raise ValueError(f"{name} has dimension d={emb.shape[1]}, calibration embeddings have d={d}")
-    if not torch.isfinite(emb).all():
-        raise ValueError(f"{name} contains NaN or inf; embeddings must be finite")
-    return emb.shape[0]
