@@ -111,7 +111,7 @@ class DomainScore(nn.Module):
     """k-NN conformal novelty test on embeddings (module docstring).
 
     Buffers: ``mean``, ``scale`` ``(d,)`` (training standardisation), ``reference`` ``(r, d)`` (standardised
-    coreset, ``r <= max_reference``), ``cal_scores`` ``(n_cal,)`` sorted ascending.
+    coreset, ``r <= max_reference``), ``cal_scores`` ``(n_cal,)`` sorted ascending, ``train_size`` (0-dim).
 
     Parameters
     ----------
@@ -133,7 +133,7 @@ class DomainScore(nn.Module):
         if not is_int(max_reference) or max_reference < k:
             raise ValueError(f"max_reference must be an integer >= k={k}, got {max_reference!r}")
         self.k, self.max_reference, self.beta = int(k), int(max_reference), check_alpha(beta)
-        self.n_train = 0
+        self.register_buffer("train_size", torch.zeros((), dtype=torch.int64))
         for name, shape in (("mean", (0,)), ("scale", (0,)), ("reference", (0, 0)), ("cal_scores", (0,))):
             self.register_buffer(name, torch.empty(shape, dtype=torch.float64))
 
@@ -141,6 +141,11 @@ class DomainScore(nn.Module):
     def dim(self) -> int:
         """Embedding dimension ``d`` (0 before :meth:`fit`)."""
         return self.mean.numel()
+
+    @property
+    def n_train(self) -> int:
+        """Number of training embeddings the standardisation and coreset were drawn from (0 before fit)."""
+        return int(self.train_size)
 
     @property
     def n_calib(self) -> int:
@@ -187,7 +192,7 @@ class DomainScore(nn.Module):
         scale = std.clamp_min(max(_SCALE_FLOOR * float(std.mean()), 1e-12))
         gen = torch.Generator().manual_seed(int(seed))
         keep = torch.randperm(train.shape[0], generator=gen)[: self.max_reference].sort().values
-        self.mean, self.scale, self.n_train = mean, scale, train.shape[0]
+        self.mean, self.scale, self.train_size = mean, scale, torch.tensor(train.shape[0], device=mean.device)
         self.reference = (train[keep.to(train.device)] - mean) / scale
         self.cal_scores = sort_scores(self.score(calib)).to(mean.device)
         return self
@@ -273,7 +278,7 @@ class DomainScore(nn.Module):
             raise ValueError("'cal_scores' must be >= 0 (they are distances)")
         _check_beta_feasible(out.beta, cal.numel())
         out.mean, out.scale, out.reference, out.cal_scores = mean, scale, ref, sort_scores(cal)
-        out.n_train = int(d["n_train"])
+        out.train_size = torch.tensor(int(d["n_train"]))
         return out
 
 

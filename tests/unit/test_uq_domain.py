@@ -92,6 +92,7 @@ def test_round_trip_json_and_state_dict_give_identical_pvalues() -> None:
     fresh = DomainScore(k=3, max_reference=100)
     fresh.load_state_dict(ds.state_dict())
     assert torch.equal(fresh.pvalue(x), ds.pvalue(x))
+    assert fresh.to_dict() == ds.to_dict()
 
 
 def test_state_is_bounded_and_small_training_sets_kept_whole() -> None:
