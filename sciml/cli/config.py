@@ -1,4 +1,4 @@
-"""Load YAML configs and apply dotted command-line overrides (``--trainer.devices 2``)."""
+"""Load YAML configs, apply dotted command-line overrides (``--trainer.devices 2``), check run configs."""
 
 from __future__ import annotations
 
@@ -46,6 +46,17 @@ def apply_overrides(cfg: dict, tokens: list[str]) -> dict:
                 raise ValueError(f"override --{key}: {part!r} is not a section of the config")
         node[leaf] = yaml.safe_load(raw)
     return cfg
+
+
+def load_run_config(path: str | Path, overrides: list[str]) -> dict:
+    """The run config at ``path`` with ``overrides`` applied, checked against the schema before anything runs.
+
+    See :func:`sciml.core.config.check_config`: unknown keys (with the closest valid one), refused ``trainer``
+    keys and a missing ``data.path`` (with the hint in the config's ``data.path`` comment) are one-line errors.
+    """
+    from sciml.core.config import check_config
+
+    return check_config(apply_overrides(load_config(path), overrides), source=path)
 
 
 def check_alpha_arg(alpha: float | None) -> None:

@@ -15,13 +15,20 @@ Distributed and cluster runs (``docs/cluster.md``):
   ``last.ckpt`` and those;
 - checkpoints carry the global RNG states (:class:`RNGStateCallback`), so resuming from an epoch-end
   checkpoint continues with the shuffles and dropout masks of an uninterrupted run.
+
+Before anything is written the config is checked against its schema (:func:`sciml.core.config.check_config`:
+unknown keys, ``trainer`` keys sciml sets itself, a missing data file). A run folder that holds checkpoints is
+resumed, and the first line printed says so; ``fresh=True`` (``sciml fit --fresh``) removes the previous run's
+outputs and starts over. Threads follow :func:`sciml.core.config.resolve_threads`: ``OMP_NUM_THREADS``, when
+set, wins over the config's ``threads``; the number used is recorded in ``config.yaml``.
 """
 
 from __future__ import annotations
 
-import copy
-import logging
+import os
+import shutil
 import signal
+import sys
 from pathlib import Path
 
 import lightning as L
@@ -29,17 +36,17 @@ import torch
 from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
+from sciml.core.config import TRAINER_DEFAULTS, check_config, resolve_threads
 from sciml.core.io.atomic import atomic_write_text
 from sciml.core.io.checkpoint import AtomicCheckpointIO
 from sciml.core.registry import build_task
 from sciml.core.training import GlooSyncBatchNorm, RNGStateCallback, SlurmRequeue
 from sciml.uq.callback import ConformalCallback
 
-log = logging.getLogger(__name__)
-
-TRAINER_DEFAULTS = {"max_epochs": 100, "accelerator": "auto", "devices": 1, "log_every_n_steps": 10,
-                    "deterministic": False}
+RUN_OUTPUTS = ("checkpoints", "logs", "tb", "config.yaml", "split.json", "calibrator.json", "hpc_ckpt_*.ckpt")
+"""What ``fit`` writes into a run folder (and ``fresh`` removes)."""
 
 
 def resolve_ckpt_path(run_dir: Path, ckpt_path: str | None) -> str | None:
@@ -60,6 +67,14 @@ def resolve_ckpt_path(run_dir: Path, ckpt_path: str | None) -> str | None:
     if not Path(ckpt_path).is_file():
         raise FileNotFoundError(f"--ckpt_path {ckpt_path}: no such checkpoint file")
     return ckpt_path
+
+
+def remove_run_outputs(run_dir: Path) -> list[Path]:
+    """Delete the :data:`RUN_OUTPUTS` of a previous run in ``run_dir`` (nothing else); return what was removed."""
+    removed = [p for pattern in RUN_OUTPUTS for p in sorted(Path(run_dir).glob(pattern))]
+    for path in removed:
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    return removed
 
 
 def _on_cpu(accelerator: str) -> bool:
@@ -105,7 +120,7 @@ def build_trainer(cfg: dict, run_dir: Path) -> L.Trainer:
     return L.Trainer(default_root_dir=run_dir, callbacks=callbacks, logger=loggers, plugins=plugins, **kwargs)
 
 
-def train(cfg: dict, ckpt_path: str | None = None, test: bool = True) -> dict:
+def train(cfg: dict, ckpt_path: str | None = None, test: bool = True, fresh: bool = False) -> dict:
     """Fit the task described by ``cfg``; return the final metrics.
 
     Every process of a distributed run calls this with the same ``cfg``; only global rank 0 writes files.
@@ -113,31 +128,52 @@ def train(cfg: dict, ckpt_path: str | None = None, test: bool = True) -> dict:
     Parameters
     ----------
     cfg : dict
-        Resolved config: ``task``, ``seed``, ``run_dir``, ``threads``, ``data``, ``model``, ``trainer``,
-        ``calibration``, optional ``checkpoint`` and ``slurm`` (see ``configs/`` and :func:`build_trainer`).
+        Run config: ``task``, ``seed``, ``run_dir``, ``threads``, ``data``, ``model``, ``trainer``,
+        ``calibration``, optional ``checkpoint`` and ``slurm`` (:mod:`sciml.core.config` lists every key).
     ckpt_path : str or None
         Resume from this Lightning checkpoint, ``"last"``, or ``None`` (resume from the newest of
         ``last.ckpt`` and SLURM's ``hpc_ckpt_<n>.ckpt`` in the run directory when one exists, else start
-        fresh).
+        fresh). Resuming is announced on the first line printed (stderr).
     test : bool
         Evaluate the best checkpoint on the test split after fitting.
+    fresh : bool
+        Remove the previous run's outputs in ``run_dir`` (:data:`RUN_OUTPUTS`) and start over; not with
+        ``ckpt_path``. Not for job scripts that requeue: a requeued job would start over too.
+
+    Raises
+    ------
+    sciml.core.config.ConfigError
+        The config does not match the schema (nothing is written).
+    FileNotFoundError
+        ``data.path`` or ``ckpt_path`` does not exist (nothing is written).
 
     """
-    cfg = copy.deepcopy(cfg)
+    cfg = check_config(cfg)  # before anything is written
+    if fresh and ckpt_path:
+        raise ValueError("--fresh starts over and --ckpt_path resumes: give one of them")
     run_dir = Path(cfg.get("run_dir", "runs/default"))
+    resume = None if fresh else resolve_ckpt_path(run_dir, ckpt_path)
+    rank_zero = rank_zero_only.rank == 0  # from the launcher's variables; the Trainer is not built yet
+    if rank_zero and resume:
+        print(f"resuming from {resume} (to start fresh: --fresh, or another --run_dir)", file=sys.stderr, flush=True)
+    if rank_zero and fresh and (removed := remove_run_outputs(run_dir)):
+        print(f"starting fresh in {run_dir}: removed {', '.join(p.name for p in removed)}", file=sys.stderr,
+              flush=True)
+    threads, origin = resolve_threads(cfg.get("threads"), os.environ)
+    if rank_zero and origin == "OMP_NUM_THREADS" and cfg.get("threads") not in (None, threads):
+        print(f"threads: OMP_NUM_THREADS={threads} wins over threads: {cfg['threads']} from the config",
+              file=sys.stderr, flush=True)
+    if threads:
+        torch.set_num_threads(threads)
+        cfg["threads"] = threads
     run_dir.mkdir(parents=True, exist_ok=True)
-    if cfg.get("threads"):
-        torch.set_num_threads(int(cfg["threads"]))
     trainer = build_trainer(cfg, run_dir)  # knows this process's global rank before anything is written
     L.seed_everything(int(cfg.get("seed", 0)), workers=True)
-    resume = resolve_ckpt_path(run_dir, ckpt_path)
+    datamodule, module = build_task(cfg, run_dir if trainer.is_global_zero else None)
     if trainer.is_global_zero:
         import yaml
 
         atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(cfg, sort_keys=False))
-    datamodule, module = build_task(cfg, run_dir if trainer.is_global_zero else None)
-    if resume:
-        log.warning("resuming from %s", resume)
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume, weights_only=True)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     if test:
@@ -151,6 +187,7 @@ def evaluate(cfg: dict, ckpt_path: str | None, stage: str = "test") -> dict:
     """Run ``validate`` or ``test`` of the checkpoint ``ckpt_path`` (loaded with ``weights_only=True``)."""
     if not ckpt_path:
         raise ValueError(f"sciml {stage} needs --ckpt_path (e.g. runs/<run>/checkpoints/best.ckpt)")
+    cfg = check_config(cfg)
     run_dir = Path(cfg.get("run_dir", "runs/default"))
     datamodule, module = build_task(cfg, None)  # the run's split.json belongs to fit; not rewritten here
     trainer = L.Trainer(logger=False, enable_checkpointing=False, plugins=[AtomicCheckpointIO()],

@@ -21,7 +21,7 @@ def tiny_config(tmp: Path, data: Path) -> Path:
     cfg["run_dir"] = str(tmp / "run")
     cfg["threads"] = 1
     cfg["data"] |= {"path": str(data), "batch_size": 16, "split": {"fractions": [0.6, 0.1, 0.15, 0.15], "seed": 1}}
-    cfg["model"]["network"] |= {"dim": 16, "n_layers": 1, "heads": 2}
+    cfg["model"]["network"] |= {"dim": 16, "n_layers": 1}
     cfg["trainer"] |= {"max_epochs": 2, "enable_progress_bar": False, "enable_model_summary": False,
                        "log_every_n_steps": 1}
     path = tmp / "tiny.yaml"

@@ -87,8 +87,8 @@ def test_kill9_then_rerun_resumes_and_matches_uninterrupted(tiny_data, clean_env
     that was never interrupted.
 
     ``last.ckpt`` is written every epoch and atomically, so the newest complete epoch survives the kill and
-    at most the epoch in progress (one checkpoint interval) is recomputed; the rerun resumes from it (log
-    line), and ends at the same global step with identical weights.
+    at most the epoch in progress (one checkpoint interval) is recomputed; the rerun resumes from it (its first
+    line says so, and how to start fresh), and ends at the same global step with identical weights.
 
     Tolerance: exact equality of the final weights and metrics. Resuming restores model, optimiser, loop
     counters and (``RNGStateCallback``) the RNG states, so the resumed epochs draw the same shuffles and the
@@ -110,7 +110,7 @@ def test_kill9_then_rerun_resumes_and_matches_uninterrupted(tiny_data, clean_env
 
     resumed = finish(cmd, clean_env)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"resuming from {last}" in resumed.stderr
+    assert resumed.stderr.splitlines()[0].startswith(f"resuming from {last} (to start fresh: --fresh")
     final, ref_final = load(last), load(tmp / "reference" / "checkpoints" / "last.ckpt")
     assert final["global_step"] == ref_final["global_step"] == 3 * KILL_EPOCHS
     for key, value in ref_final["state_dict"].items():
