@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import sys
+import time
 
 from sciml.cli.config import check_alpha_arg
+from sciml.cli.feedback import calibration_sizes, infinite_interval_note, require_inputs, stage
+
+INPUTS = "give structure files (CIF, POSCAR, extxyz, json), folders of them, or CSV files with a 'cif' column"
 
 
 def add_parser(sub, name: str) -> None:
@@ -22,18 +26,30 @@ def add_parser(sub, name: str) -> None:
 
 
 def run_predict(args, overrides: list[str]) -> int:
-    """Stream predictions to CSV; print a table when small. Exit 0 even with per-file error rows."""
+    """Stream predictions to CSV; print a table when small. Exit 0 even with per-file error rows.
+
+    Inputs that do not exist fail at once, before torch and pymatgen are imported.
+    """
+    check_alpha_arg(args.alpha)
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
+    require_inputs(args.inputs, "file or folder", INPUTS)
+    start = time.perf_counter()
+    stage("crystal predict", "loading the model ...", terminal_only=True)
     import pandas as pd
     import torch
 
-    from sciml.crystal import iter_prediction_rows, load_model
-    from sciml.crystal.artifact import DEFAULT_MODEL
+    from sciml.crystal.artifact import DEFAULT_MODEL, load_model
+    from sciml.crystal.predict import iter_prediction_rows
     from sciml.crystal.write import write_rows
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    check_alpha_arg(args.alpha)
     predictor = load_model(args.model or DEFAULT_MODEL)
+    t = predictor.target
+    stage("crystal predict", f"loaded {predictor.path} ({t['name']} in {t['unit']}) in "
+          f"{time.perf_counter() - start:.1f} s; predicting {len(args.inputs)} input(s) in batches of "
+          f"{args.batch_size}, {torch.get_num_threads()} thread(s)")
     rows = iter_prediction_rows(args.inputs, predictor, args.alpha, args.batch_size, progress=True)
     head, n_rows, n_errors = write_rows(rows, predictor, args.output)
     with pd.option_context("display.width", 160, "display.max_columns", 20, "display.max_colwidth", 60):
@@ -44,8 +60,10 @@ def run_predict(args, overrides: list[str]) -> int:
         print(table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     if n_rows > len(head):
         print(f"... {n_rows - len(head)} more rows")
-    t = predictor.target
-    print(f"{n_rows} structures, {n_errors} errors; {t['name']} in {t['unit']}, "
-          f"{100 * (1 - args.alpha):.0f}% conformal intervals" + (f"; wrote {args.output}" if args.output else ""),
-          file=sys.stderr)
+    print(f"{n_rows} structures, {n_errors} errors in {time.perf_counter() - start:.1f} s; {t['name']} in "
+          f"{t['unit']}, {100 * (1 - args.alpha):.0f}% conformal intervals; "
+          + (f"wrote {args.output}" if args.output else "printed above (no --output)"), file=sys.stderr)
+    if predictor.calibrator is not None and (note := infinite_interval_note(
+            calibration_sizes(predictor.calibrator), args.alpha)):
+        print(note, file=sys.stderr)
     return 0

@@ -1,14 +1,16 @@
 """``sciml data grn --output sim.h5ad [--config grn.yaml] [--seed S] [--grn.<key> value ...]``.
 
-Simulates a perturbation screen on a random gene regulatory network (:mod:`sciml.perturbation.sim.simulate`) and writes it
-as ``.h5ad`` (GEARS ``obs['condition']``, ``layers['counts']``, ground truth in ``uns['grn']``); prints the share
-of doubles whose interaction exceeds the noise floor.
+Simulates a perturbation screen on a random gene regulatory network (:mod:`sciml.perturbation.sim.simulate`) and
+writes it as ``.h5ad`` (GEARS ``obs['condition']``, ``layers['counts']``, ground truth in ``uns['grn']``); prints the
+share of doubles whose interaction exceeds the noise floor.
 """
 
 from __future__ import annotations
 
 import json
 import time
+
+from sciml.cli.feedback import stage
 
 
 def add_parser(sub, name: str) -> None:
@@ -21,10 +23,13 @@ def add_parser(sub, name: str) -> None:
 
 
 def run(args, overrides: list[str]) -> int:
-    """Simulate, write atomically, print a one-line JSON summary."""
+    """Simulate, write atomically, print a one-line JSON summary (and where it wrote, on stderr)."""
+    from sciml.cli.config import apply_overrides, load_config
+    from sciml.core.optional import require
+
+    require("anndata")  # a core dependency; named here rather than as "No module named 'anndata'"
     from sciml.perturbation.data.anndata_io import write_h5ad
     from sciml.perturbation.sim.simulate import SimConfig, simulate
-    from sciml.cli.config import apply_overrides, load_config
 
     cfg = load_config(args.config) if args.config else {}
     cfg = apply_overrides(cfg, overrides)
@@ -45,4 +50,5 @@ def run(args, overrides: list[str]) -> int:
                "fraction_interacting": round(float(g["fraction_interacting"]), 3),
                "seconds": round(time.perf_counter() - start, 2)}
     print(json.dumps(summary))
+    stage("data grn", f"wrote {path} ({adata.n_obs} cells x {adata.n_vars} genes) in {summary['seconds']} s")
     return 0

@@ -1,28 +1,59 @@
-"""``sciml export --ckpt RUN/checkpoints/best.ckpt --calibrate [--alpha 0.1] --output checkpoints/NAME``."""
+"""``sciml export --ckpt RUN/checkpoints/best.ckpt --calibrate [--alpha 0.1] --output checkpoints/NAME [--overwrite]``.
+
+An existing artifact folder is never replaced silently: ``--overwrite`` says so (the replacement is atomic).
+"""
 
 from __future__ import annotations
 
 import json
+import time
+from pathlib import Path
+
+from sciml.cli.feedback import stage
 
 
 def add_parser(sub, name: str) -> None:
     """Register ``export``."""
     p = sub.add_parser(name, help="export a checkpoint to a calibrated artifact folder")
     p.add_argument("--ckpt", required=True, help="Lightning checkpoint (best.ckpt of a run)")
-    p.add_argument("--output", required=True, help="artifact folder to write (replaced atomically)")
+    p.add_argument("--output", required=True, help="artifact folder to write (must not exist, unless --overwrite)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --output folder (atomically)")
     p.add_argument("--calibrate", action="store_true", help="fit split conformal on the calib split")
     p.add_argument("--alpha", type=float, default=0.1, help="miscoverage of the stored default interval")
     p.add_argument("--config", default=None, help="run config (default: config.yaml of the run folder)")
     p.set_defaults(run=run)
 
 
+def check_output(output: str | Path, overwrite: bool) -> None:
+    """Refuse to replace an existing ``output`` unless ``overwrite`` (one-line error naming folder and flag)."""
+    output = Path(output)
+    if output.exists() and not overwrite:
+        kind = "folder" if output.is_dir() else "file"
+        raise FileExistsError(f"{output} already exists ({kind}); pass --overwrite to replace it, or choose "
+                              "another --output")
+
+
 def run(args, overrides: list[str]) -> int:
-    """Export and print the measured metrics."""
+    """Export and print the measured metrics, with a stage line per step and where the artifact went."""
+    check_output(args.output, args.overwrite)
+    ckpt = Path(args.ckpt)
+    if not ckpt.is_file():
+        raise FileNotFoundError(f"{ckpt}: no such checkpoint file")
+    start = time.perf_counter()
+    stage("export", f"loading {ckpt} ...", terminal_only=True)
     from sciml.cli.config import load_config
-    from sciml.core.export import export
+    from sciml.core.export import find_run_config
+    from sciml.core.io.checkpoint import load_lightning_checkpoint
+    from sciml.core.registry import family
 
     cfg = load_config(args.config) if args.config else None
-    metrics = export(args.ckpt, args.output, calibrate=args.calibrate, alpha=args.alpha, config=cfg)
+    state = load_lightning_checkpoint(ckpt)
+    cfg = cfg or find_run_config(ckpt)
+    steps = "measuring the test split" + (" and fitting the conformal calibrator on the calib split"
+                                          if args.calibrate else "")
+    stage("export", f"loaded {ckpt} ({cfg.get('task')} model, epoch {state.get('epoch', '?')}) in "
+          f"{time.perf_counter() - start:.1f} s; {steps} (rebuilds the data module: minutes for large datasets)")
+    metrics = family(cfg, "export").export(ckpt, state, args.output, cfg, args.calibrate, args.alpha, None)
     print(json.dumps(metrics, indent=1))
-    print(f"wrote {args.output}")
+    stage("export", f"wrote {args.output} in {time.perf_counter() - start:.1f} s")
     return 0

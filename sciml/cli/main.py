@@ -2,18 +2,25 @@
 
 Every verb exits non-zero with a one-line ``error:`` message on bad input; set ``SCIML_DEBUG=1`` to see
 the full traceback instead.
+
+Start-up is kept short: every ``sciml.cli`` module imports only argparse-level things at module level (its
+``add_parser`` registers arguments; its ``run`` imports torch, Lightning, pymatgen, anndata... when called),
+so ``sciml --help`` and a one-line input error return in well under a second
+(``benchmarks/startup.py``, ``tests/integration/test_startup.py``).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 
-from sciml.cli import calibrate, crystal, data, export, fit, hamiltonian, perturbation
-
-VERBS = {"fit": fit, "validate": fit, "test": fit, "export": export, "crystal": crystal, "data": data,
-         "calibrate": calibrate, "hamiltonian": hamiltonian, "perturbation": perturbation}
+#: verb -> module with ``add_parser(sub, name)`` and the ``run`` it sets (imported when the parser is built)
+VERBS: dict[str, str] = {"fit": "sciml.cli.fit", "validate": "sciml.cli.fit", "test": "sciml.cli.fit",
+                         "export": "sciml.cli.export", "crystal": "sciml.cli.crystal", "data": "sciml.cli.data",
+                         "calibrate": "sciml.cli.calibrate", "hamiltonian": "sciml.cli.hamiltonian",
+                         "perturbation": "sciml.cli.perturbation"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sciml", description="Scientific ML with calibrated uncertainty.")
     sub = parser.add_subparsers(dest="verb", required=True)
     for name, module in VERBS.items():
-        module.add_parser(sub, name)
+        importlib.import_module(module).add_parser(sub, name)
     return parser
 
 

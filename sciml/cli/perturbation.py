@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 from sciml.cli.config import check_alpha_arg
+from sciml.cli.feedback import infinite_interval_note, require_inputs, stage
 
 
 def add_parser(sub, name: str) -> None:
@@ -39,19 +41,27 @@ def _check_args(args) -> None:
         raise ValueError(f"--steps must be >= 1, got {args.steps}")
     if not str(args.output).endswith(".h5ad"):
         raise ValueError(f"--output {args.output}: expected a file name ending in .h5ad")
+    require_inputs([args.control], "file", "give the path of an .h5ad AnnData file with control cells")
 
 
 def run_predict(args, overrides: list[str]) -> int:
-    """Generate cells, write the AnnData (and plots), print a summary per condition."""
-    import time
+    """Generate cells, write the AnnData (and plots), print a summary per condition.
 
+    Cheap checks (arguments, the control file exists) come before torch and anndata are imported.
+    """
+    _check_args(args)
+    begin = time.perf_counter()
+    stage("perturbation predict", "loading the model and the control cells ...", terminal_only=True)
+    from sciml.core.optional import require
+
+    require("anndata")  # a core dependency; named here rather than as "No module named 'anndata'"
     import torch
 
+    from sciml.perturbation.artifact import DEFAULT_MODEL, load_model
     from sciml.perturbation.data.table import read_control_cells
-    from sciml.perturbation import DEFAULT_MODEL, load_model, parse_perturbations, predict_effects
+    from sciml.perturbation.predict import parse_perturbations, predict_effects
     from sciml.perturbation.write import write_prediction
 
-    _check_args(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     predictor = load_model(args.model or DEFAULT_MODEL)
@@ -63,8 +73,12 @@ def run_predict(args, overrides: list[str]) -> int:
     ctrl = read_control_cells(args.control, predictor.genes, key,
                               args.control_label or data.get("control_label", "ctrl"), args.counts_layer,
                               float(data.get("target_sum", 1e4)), reorder=args.reorder_genes)
+    stage("perturbation predict", f"loaded {predictor.path} and {len(ctrl)} control cells in "
+          f"{time.perf_counter() - begin:.1f} s; generating {args.n_cells} cells for each of {len(labels)} "
+          f"condition(s), {torch.get_num_threads()} thread(s)")
     start = time.perf_counter()
-    result = predict_effects(predictor, ctrl, labels, args.n_cells, args.seed, args.alpha, args.steps, args.method)
+    result = predict_effects(predictor, ctrl, labels, args.n_cells, args.seed, args.alpha, args.steps, args.method,
+                             progress=True)
     seconds = time.perf_counter() - start
     info = {"model": str(predictor.path), "control_file": str(args.control), "n_control_cells": len(ctrl),
             "n_cells": args.n_cells, "seed": args.seed, "ode_steps": args.steps or predictor.module.flow["steps"],
@@ -89,4 +103,7 @@ def run_predict(args, overrides: list[str]) -> int:
             if predictor.bands is not None else "no calibrator in the model: bands are NaN")
     print(f"{len(labels)} conditions x {args.n_cells} cells in {seconds:.1f} s "
           f"({len(labels) * args.n_cells / seconds:.0f} cells/s); {band}; wrote {', '.join(written)}", file=sys.stderr)
+    if predictor.bands is not None and (note := infinite_interval_note([result["n_calib"]], result["alpha"],
+                                                                        "calibration conditions")):
+        print(note, file=sys.stderr)
     return 0

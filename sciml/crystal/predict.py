@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterable, Iterator
 from itertools import islice
 
@@ -12,11 +13,11 @@ from pymatgen.core import Element
 from torch_geometric.data import Batch
 from tqdm.auto import tqdm
 
-from sciml.crystal.artifact import DEFAULT_MODEL, CrystalPredictor, load_model
 from sciml.core.elements import MAX_Z
+from sciml.core.structures import StructureError
+from sciml.crystal.artifact import DEFAULT_MODEL, CrystalPredictor, load_model
 from sciml.crystal.data.graphs import structure_to_graph
 from sciml.crystal.data.sources import iter_structures
-from sciml.core.structures import StructureError
 from sciml.uq.groups import predict_interval
 
 
@@ -75,10 +76,10 @@ def iter_prediction_rows(inputs: Iterable, predictor: CrystalPredictor, alpha: f
     """Yield one row per input structure (a bad input yields a row with ``error`` set).
 
     Memory is bounded by ``batch_size`` structures: inputs are read lazily, featurised and predicted one
-    batch at a time.
+    batch at a time. With ``progress`` a bar on stderr counts structures per batch (drawn on a terminal only).
     """
     items = iter_structures(inputs)
-    bar = tqdm(desc="predict", unit="structure", disable=not progress)
+    bar = tqdm(desc="predict", unit="structure", file=sys.stderr, disable=None if progress else True)
     while chunk := list(islice(items, batch_size)):
         good, errors = _featurise(chunk, predictor)
         rows = (_predict_batch(good, predictor, alpha) if good else {}) | errors

@@ -2,12 +2,30 @@
 
 >>> from sciml.perturbation import load_model, predict_effects
 >>> predictor = load_model("checkpoints/grn-default")  # doctest: +SKIP
+
+The names below are imported on first use (PEP 562): ``import sciml.perturbation`` stays cheap until a model,
+torch or anndata is actually needed.
 """
 
 from __future__ import annotations
 
-from sciml.perturbation.artifact import DEFAULT_MODEL, PerturbationPredictor, load_model
-from sciml.perturbation.predict import generate, parse_perturbations, predict_effects
+import importlib
 
-__all__ = ["DEFAULT_MODEL", "PerturbationPredictor", "generate", "load_model", "parse_perturbations",
-           "predict_effects"]
+#: public name -> module defining it
+_EXPORTS = {"DEFAULT_MODEL": "sciml.perturbation.artifact", "PerturbationPredictor": "sciml.perturbation.artifact",
+            "load_model": "sciml.perturbation.artifact", "generate": "sciml.perturbation.predict",
+            "parse_perturbations": "sciml.perturbation.predict", "predict_effects": "sciml.perturbation.predict"}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

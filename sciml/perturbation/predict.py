@@ -8,11 +8,14 @@ generated cell is the ODE solution started from (noise, or) its control cell. Th
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
-from sciml.perturbation.module import PerturbationFlow
 from sciml.perturbation.artifact import PerturbationPredictor
+from sciml.perturbation.module import PerturbationFlow
 
 MAX_CELLS_PER_CALL = 512  # cells integrated together (bounds memory: cells × genes × width per attention map)
 
@@ -32,15 +35,18 @@ def draw_controls(ctrl: np.ndarray, n_cells: int, rng: np.random.Generator) -> n
 
 @torch.no_grad()
 def generate(module: PerturbationFlow, ctrl: np.ndarray, rows: list[list[int]], n_cells: int, seed: int = 0,
-             steps: int | None = None, method: str | None = None) -> np.ndarray:
+             steps: int | None = None, method: str | None = None, progress: bool = False) -> np.ndarray:
     """Generated cells ``(C, n_cells, G)`` float32 for ``rows`` (``pert_genes`` rows) from control cells ``(n, G)``.
 
     Conditions are integrated in groups of at most :data:`MAX_CELLS_PER_CALL` cells; each condition's noise and
-    control draws come from ``(seed, its position)``, so results do not depend on the other conditions.
+    control draws come from ``(seed, its position)``, so results do not depend on the other conditions. With
+    ``progress`` a bar on stderr counts conditions (drawn on a terminal only).
     """
     module.eval()
     out = np.empty((len(rows), n_cells, ctrl.shape[1]), np.float32)
     per_call = max(1, MAX_CELLS_PER_CALL // n_cells)
+    bar = tqdm(total=len(rows), desc="generate", unit="condition", file=sys.stderr,
+               disable=None if progress else True)
     for start in range(0, len(rows), per_call):
         idx = range(start, min(start + per_call, len(rows)))
         x_ctrl = torch.as_tensor(np.stack([draw_controls(ctrl, n_cells, np.random.default_rng([seed, i]))
@@ -50,30 +56,35 @@ def generate(module: PerturbationFlow, ctrl: np.ndarray, rows: list[list[int]], 
         cells = module.sample(x_ctrl, torch.as_tensor([rows[i] for i in idx], dtype=torch.long, device=module.device),
                               steps, method, x0=x0)
         out[start:start + len(idx)] = cells.cpu().numpy()
+        bar.update(len(idx))
+    bar.close()
     return out
 
 
 def predict_effects(predictor: PerturbationPredictor, ctrl: np.ndarray, labels: list[str], n_cells: int = 200,
                     seed: int = 0, alpha: float | None = None, steps: int | None = None,
-                    method: str | None = None) -> dict:
+                    method: str | None = None, progress: bool = False) -> dict:
     """Cells and mean effects with bands for condition ``labels`` given control cells ``ctrl`` ``(n, G)``.
 
     Returns
     -------
     dict
         ``conditions`` (canonical labels), ``notes``, ``cells`` ``(C, n_cells, G)``, ``effect`` ``(C, G)``,
-        ``lower``/``upper`` ``(C, G)`` (NaN without a calibrator), ``alpha``, ``threshold``.
+        ``lower``/``upper`` ``(C, G)`` (NaN without a calibrator; ±inf when the calibration conditions are too
+        few for ``alpha``), ``alpha``, ``threshold``, ``n_calib`` (calibration conditions; 0 without a calibrator).
 
     """
     encoded = [predictor.encode(label) for label in labels]
-    cells = generate(predictor.module, ctrl, [row for _, row, _ in encoded], n_cells, seed, steps, method)
+    cells = generate(predictor.module, ctrl, [row for _, row, _ in encoded], n_cells, seed, steps, method, progress)
     effect = cells.mean(1) - ctrl.mean(0)
     lower = upper = np.full_like(effect, np.nan)
-    threshold = float("nan")
+    threshold, n_calib = float("nan"), 0
     if predictor.bands is not None:
+        n_calib = predictor.bands.calibrator.n_calib
         alpha = predictor.bands.alpha if alpha is None else alpha
         box = predictor.bands.predict_set(torch.as_tensor(effect), alpha)
         lower, upper = box.lower.numpy(), box.upper.numpy()
         threshold = predictor.bands.threshold(alpha)
     return {"conditions": [c for c, _, _ in encoded], "notes": [n for _, _, n in encoded], "cells": cells,
-            "effect": effect, "lower": lower, "upper": upper, "alpha": alpha, "threshold": threshold}
+            "effect": effect, "lower": lower, "upper": upper, "alpha": alpha, "threshold": threshold,
+            "n_calib": n_calib}

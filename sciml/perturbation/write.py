@@ -14,10 +14,14 @@ def to_anndata(result: dict, genes: list[str], info: dict):
 
     ``uns['perturbation_effects']`` holds ``conditions`` ``(C,)``, ``effect``/``lower``/``upper`` ``(C, G)``
     (columns in ``var_names`` order; NaN bands when the model has no calibrator), ``alpha``, ``threshold``,
-    ``notes`` and ``band``; ``uns['perturbation_predict']`` holds ``info`` (model, control file, pairing...).
+    ``notes``, ``band`` and ``n_calib`` (calibration conditions); ``uns['perturbation_predict']`` holds ``info``
+    (model, control file, pairing...).
     """
-    import anndata as ad
     import pandas as pd
+
+    from sciml.core.optional import require
+
+    ad = require("anndata")  # a core dependency: missing only in a broken install
 
     cells = result["cells"]
     c, n, g = cells.shape
@@ -30,6 +34,7 @@ def to_anndata(result: dict, genes: list[str], info: dict):
         "effect": result["effect"].astype(np.float32), "lower": np.asarray(result["lower"], np.float32),
         "upper": np.asarray(result["upper"], np.float32), "threshold": float(result["threshold"]),
         "alpha": float("nan") if result["alpha"] is None else float(result["alpha"]), "band": BAND,
+        "n_calib": int(result.get("n_calib", 0)),
         "unit": "log1p expression, generated mean minus control mean"}
     adata.uns["perturbation_predict"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in info.items()}
     return adata

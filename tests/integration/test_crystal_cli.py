@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pandas as pd
 import pytest
 import torch
 
 from sciml.cli.main import main
-from sciml.crystal import load_model, predict
 from sciml.core.io.artifact import ArtifactError
+from sciml.crystal import load_model, predict
 
 from .conftest import ROOT
 
@@ -50,9 +51,54 @@ def test_predict_examples_cli(tiny_run, tmp_path, capsys):
     assert list(df.columns) == ["source", "formula", "n_atoms", "heat_all", "heat_all_lower", "heat_all_upper",
                                 "alpha", "note", "error"]
     assert len(df) == len(list(EXAMPLES.iterdir())) and df["error"].isna().all()
-    assert (df["heat_all_lower"] <= df["heat_all"]).all() and (df["heat_all"] <= df["heat_all_upper"]).all()
+    half = (df["heat_all_upper"] - df["heat_all_lower"]) / 2
+    assert (half > 0).all() and half.map(math.isfinite).all()  # α = 0.1 is finite with 12 calibration structures
+    center = (df["heat_all_upper"] + df["heat_all_lower"]) / 2  # pred ± q (or ± q·σ): centred on the prediction
+    assert (center - df["heat_all"]).abs().max() < 1e-5 * (1 + half.max())
     assert "eV/cell" in out.read_text().splitlines()[0]
-    assert "SrTiO3" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "SrTiO3" in captured.out
+    assert "crystal predict: loaded" in captured.err and f"wrote {out}" in captured.err and "note:" not in captured.err
+
+
+def test_too_small_calibration_set_is_explained(tiny_run, tmp_path, capsys):
+    """α below 1/(n+1): infinite bounds in the CSV and one line naming the smallest finite α."""
+    from sciml.cli.feedback import smallest_finite_alpha
+
+    n = len(json.loads((tiny_run["artifact"] / "calibrator.json").read_text())["scores"])
+    alpha = 0.5 / (n + 1)
+    out = tmp_path / "preds.csv"
+    assert main(["crystal", "predict", "--model", str(tiny_run["artifact"]), str(EXAMPLES / "SrTiO3.cif"),
+                 "--alpha", f"{alpha}", "--output", str(out)]) == 0
+    df = read_preds(out)
+    assert (df["heat_all_lower"] == -math.inf).all() and (df["heat_all_upper"] == math.inf).all()
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and f"of {n} calibration structures" in notes[0]
+    assert f"--alpha {smallest_finite_alpha(n):g}" in notes[0]
+
+
+def test_missing_input_is_a_one_line_error_before_any_work(tmp_path, capsys):
+    out = tmp_path / "preds.csv"
+    assert main(["crystal", "predict", str(EXAMPLES / "SrTiO3.cif"), str(tmp_path / "nosuch.cif"),
+                 "--output", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "nosuch.cif: no such file or folder" in err[0]
+    assert not out.exists()
+
+
+def test_export_refuses_to_replace_an_artifact_without_overwrite(tiny_run, tmp_path, capsys):
+    ckpt = str(tiny_run["run"] / "checkpoints" / "best.ckpt")
+    out = tmp_path / "my-model"
+    assert main(["export", "--ckpt", ckpt, "--output", str(out)]) == 0
+    assert f"export: wrote {out}" in capsys.readouterr().err
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert main(["export", "--ckpt", ckpt, "--calibrate", "--output", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: {out} already exists (folder); pass --overwrite to replace it, or choose another --output"]
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # untouched, still uncalibrated
+    assert main(["export", "--ckpt", ckpt, "--calibrate", "--output", str(out), "--overwrite"]) == 0
+    assert json.loads(before["calibrator.json"]) is None
+    assert json.loads((out / "calibrator.json").read_text())["method"] == "split"  # replaced by the calibrated one
 
 
 def test_python_api_matches_cli_and_reuses_loaded_model(tiny_run, tmp_path):

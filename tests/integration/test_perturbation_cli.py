@@ -135,3 +135,45 @@ def test_shipped_checkpoint_predicts_from_example_controls(tmp_path, capsys):
     assert predictor.path == DEFAULT_MODEL and predictor.bands is not None
     meta = predictor.module.hparams
     assert len(meta["genes"]) == 100 and (DEFAULT_MODEL / "weights.safetensors").stat().st_size < 2_000_000
+
+
+def test_infinite_bands_are_explained_in_one_line(tmp_path, capsys):
+    """The shipped model has 6 calibration conditions: α = 0.1 needs the 7th smallest score, so bands are infinite."""
+    pred = tmp_path / "pred.h5ad"
+    assert main(["perturbation", "predict", "--control", str(EXAMPLE_CONTROL), "--perturbations", "G003",
+                 "--n-cells", "4", "--alpha", "0.1", "--output", str(pred)]) == 0
+    eff = ad.read_h5ad(pred).uns["perturbation_effects"]
+    assert np.isneginf(eff["lower"]).all() and np.isposinf(eff["upper"]).all() and eff["n_calib"] == 6
+    err = capsys.readouterr().err.splitlines()
+    notes = [line for line in err if line.startswith("note:")]
+    assert notes == ["note: at α=0.1 the interval needs the 7-th smallest of 6 calibration conditions, so it is "
+                     "infinite; the smallest α with finite intervals is 0.15 (--alpha 0.15)"]
+    assert any(line.startswith("perturbation predict: loaded") for line in err)
+
+
+def test_effects_plot_states_alpha_and_labels_every_mark(artifact, monkeypatch, tmp_path):
+    import matplotlib.pyplot as plt
+
+    import sciml.perturbation.plot as plot
+    from sciml.perturbation import load_model, predict_effects
+
+    out, data, _ = artifact
+    predictor = load_model(out)
+    ctrl = ad.read_h5ad(data)
+    ctrl = np.asarray(ctrl[ctrl.obs["condition"] == "ctrl"].X)
+    figures = []
+    monkeypatch.setattr(plot, "save_png", lambda fig, path: figures.append(fig) or Path(path))
+    n = predictor.bands.calibrator.n_calib
+    for alpha in (0.5, 0.5 / (n + 1)):
+        plot.plot_effects(tmp_path / "effects.png", predict_effects(predictor, ctrl, ["G002"], 4, alpha=alpha),
+                          predictor.genes, top=5)
+    finite, infinite = (fig.axes[0] for fig in figures)
+    legend = [t.get_text() for t in finite.get_legend().get_texts()]
+    assert legend == ["predicted mean effect", "50% conformal band, simultaneous over genes (α = 0.5)", "zero effect"]
+    assert finite.get_xlabel().startswith("gene (top 5") and "log1p" in finite.get_ylabel()
+    assert len(finite.collections) == 2  # the band (vertical bars) and the dots
+    band = [t.get_text() for t in infinite.get_legend().get_texts()][1]
+    assert band.startswith(f"band infinite at α = {0.5 / (n + 1):g}: {n} calibration conditions")
+    assert len(infinite.collections) == 1  # no band drawn, only the dots
+    for fig in figures:
+        plt.close(fig)

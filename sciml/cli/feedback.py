@@ -1,0 +1,110 @@
+"""What the verbs tell the user while they work: early input checks, stage lines, progress bars, α notes.
+
+Everything here is cheap to import (no torch): verbs call :func:`require_inputs` before their heavy imports,
+so a typo in a file name fails in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+
+def require_inputs(paths: Iterable, what: str, hint: str = "") -> None:
+    """Raise ``FileNotFoundError`` naming every path of ``paths`` that does not exist.
+
+    Parameters
+    ----------
+    paths : iterable of str or Path
+        Command-line inputs (files or folders).
+    what : str
+        What they should be, e.g. ``"file or folder"``.
+    hint : str
+        What to give instead, appended after ``;``.
+
+    """
+    missing = [str(p) for p in paths if not Path(p).exists()]
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" (and {len(missing) - 5} more)" if len(missing) > 5 else "")
+        raise FileNotFoundError(f"{shown}: no such {what}" + (f"; {hint}" if hint else ""))
+
+
+def stage(verb: str, message: str, terminal_only: bool = False) -> None:
+    """Print ``verb: message`` to stderr at once (stage lines show even when progress bars are off).
+
+    With ``terminal_only`` the line is printed only when stderr is a terminal: used for "loading ..." lines
+    printed *before* a step that may fail on user input, so that logs and tests see a failure as the single
+    ``error:`` line while a person at a terminal is not left waiting in silence.
+    """
+    if terminal_only and not sys.stderr.isatty():
+        return
+    print(f"{verb}: {message}", file=sys.stderr, flush=True)
+
+
+def progress(iterable: Iterable | None = None, **kwargs):
+    """A tqdm bar on stderr, drawn only when stderr is a terminal (logs get the stage lines instead)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(iterable, file=sys.stderr, disable=None, **kwargs)
+
+
+def smallest_finite_alpha(n: int) -> float:
+    """Smallest α, rounded up to two significant digits, whose conformal quantile over ``n`` scores is finite.
+
+    The rank ``k = ⌈(n+1)(1−α)⌉`` is at most ``n`` exactly when ``α ≥ 1/(n+1)``; the value returned is
+    ``1/(n+1)`` rounded up (``n = 6``: 0.15; ``n = 99``: 0.01; ``n = 7``: 0.13) and checked with
+    :func:`sciml.uq.quantile.conformal_rank`. ``n = 0`` gives ``nan`` (no α works).
+    """
+    from sciml.uq.quantile import conformal_rank
+
+    if n < 1:
+        return math.nan
+    exact = 1 / (n + 1)
+    step = 10.0 ** (math.floor(math.log10(exact)) - 1)
+    alpha = float(f"{math.ceil(round(exact / step, 9)) * step:.12g}")
+    while conformal_rank(n, alpha) > n:  # rounding noise only; at most a step or two
+        alpha = float(f"{alpha + step:.12g}")
+    return alpha
+
+
+def infinite_interval_note(sizes: Sequence[int], alpha: float, items: str = "calibration structures") -> str:
+    """One line explaining infinite intervals at ``alpha``, or ``""`` when every calibration set is big enough.
+
+    Parameters
+    ----------
+    sizes : sequence of int
+        Number of calibration scores of each calibration set (one for split conformal, one per group for
+        Mondrian or multigroup calibrators).
+    alpha : float
+        Requested miscoverage.
+    items : str
+        What a calibration score is, for the message.
+
+    """
+    from sciml.uq.quantile import conformal_rank
+
+    short = [n for n in sizes if conformal_rank(int(n), alpha) > n]
+    if not short:
+        return ""
+    worst = min(int(n) for n in sizes)
+    fix = smallest_finite_alpha(worst)
+    need = conformal_rank(worst, alpha)
+    if len(sizes) == 1:
+        where = f"the interval needs the {need}-th smallest of {worst} {items}, so it is infinite"
+    else:
+        where = (f"{len(short)} of {len(sizes)} calibration groups are too small (smallest: {worst} {items}) "
+                 "and give infinite intervals")
+    tail = (f"the smallest α with finite intervals is {fix:g} (--alpha {fix:g})" if worst > 0
+            else "a group without calibration data stays infinite at any α")
+    return f"note: at α={alpha:g} {where}; {tail}"
+
+
+def calibration_sizes(calibrator) -> list[int]:
+    """Calibration scores per calibration set: ``[n]`` (split), one per group (Mondrian, multigroup)."""
+    if hasattr(calibrator, "counts"):  # MondrianConformal
+        return [int(c) for c in calibrator.counts.tolist()]
+    if hasattr(calibrator, "members"):  # MultiGroupConformal
+        return [int(c) for c in calibrator.members.sum(0).tolist()]
+    return [int(calibrator.scores.numel())]
