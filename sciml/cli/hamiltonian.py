@@ -1,10 +1,8 @@
-"""``sciml hamiltonian predict --model DIR FILE.xyz... --output DIR [--alpha A] [--reference H.npy] [--plot]``.
+"""``sciml hamiltonian predict --model DIR FILE... --output DIR [--alpha A] [--reference REF...] [--plot]``.
 
-Also ``sciml hamiltonian fit-crystal DATA --output MODEL [--network --steps N]`` (closed-form crystal model, with
-``--network`` plus an equivariant network residual trained with a band-energy loss; leave-one-out conformal
-band intervals) and, with such a model, ``sciml hamiltonian predict --model MODEL CRYSTAL... --output DIR
-[--kpath N] [--reference DEEPH_FOLDER...] [--plot]``: structure files (CIF, POSCAR; pyscf.pbc builds H0 and S) or
-DeepH folders carrying H0 and S.
+Molecule models take ``.xyz`` files (Å); crystal models (trained with ``sciml fit --config
+configs/hamiltonian/si-c.yaml``) take structure files (CIF, POSCAR; pyscf.pbc builds H0 and S) or DeepH folders
+carrying H0 and S, and add ``[--kpath N] [--symprec S]``.
 """
 
 from __future__ import annotations
@@ -15,10 +13,11 @@ from sciml.cli.config import check_alpha_arg
 
 
 def add_parser(sub, name: str) -> None:
-    """Register ``hamiltonian`` and its sub-verb ``predict``."""
+    """Register ``hamiltonian`` and its sub-verb ``predict`` (molecule and crystal models)."""
     p = sub.add_parser(name, help="electronic-structure Hamiltonian prediction")
     verbs = p.add_subparsers(dest="hamiltonian_verb", required=True)
-    q = verbs.add_parser("predict", help="predict H, orbital energies and the HOMO-LUMO gap of molecules (.xyz, Å)")
+    q = verbs.add_parser("predict",
+                         help="predict H and orbital energies (molecules, .xyz) or H(R) and bands (crystals)")
     q.add_argument("inputs", nargs="+",
                    help=".xyz files (one molecule each, Å); with a crystal model: CIF/POSCAR files or DeepH folders")
     q.add_argument("--model", default=None, help="artifact folder (default: checkpoints/water-pbe-def2svp)")
@@ -31,51 +30,40 @@ def add_parser(sub, name: str) -> None:
     q.add_argument("--kpath", type=int, default=60, help="crystals: k-points along the high-symmetry path")
     q.add_argument("--symprec", type=float, default=0.1,
                    help="crystals: symmetry tolerance (Å) for the k-path (larger: displaced cells keep the ideal one)")
+    q.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     q.set_defaults(run=run_predict)
-    c = verbs.add_parser("fit-crystal", help="fit the closed-form crystal model on DeepH folders (H, H0, S)")
-    c.add_argument("data", help="folder holding periodic DeepH folders (sciml data hamiltonian --crystal)")
-    c.add_argument("--output", required=True, help="artifact folder to write")
-    c.add_argument("--lam", type=float, default=1e-6, help="ridge penalty")
-    c.add_argument("--no-calibrate", action="store_true", help="skip the leave-one-out conformal band calibration")
-    c.add_argument("--network", action="store_true",
-                   help="also train the equivariant network residual with the band-energy loss (calibration then "
-                        "retrains it per leave-one-out fold)")
-    c.add_argument("--steps", type=int, default=300, help="--network: full-batch AdamW steps")
-    c.add_argument("--band-weight", type=float, default=1.0, help="--network: weight of the band-energy loss term")
-    c.add_argument("--seed", type=int, default=0, help="--network: seed of the initialisation")
-    c.set_defaults(run=run_fit_crystal)
 
 
-def run_fit_crystal(args, overrides: list[str]) -> int:
-    """Fit the tensor-product ridge on every crystal under ``data``, calibrate by leave-one-out, save."""
-    from sciml.hamiltonian.crystal import read_crystals
-    from sciml.hamiltonian.crystal_model import fit_and_save
+def interval_note(alpha: float, n: int | None, what: str) -> str:
+    """One line explaining an infinite conformal interval from ``n`` calibration scores, and the smallest finite α."""
+    from sciml.hamiltonian.bands import min_finite_alpha
 
-    if args.steps < 1 or args.band_weight < 0:
-        raise ValueError(f"--steps must be >= 1 and --band-weight >= 0, got {args.steps} and {args.band_weight}")
-    structures, layout = read_crystals(args.data)
-    network = ({"loss": {"eig": args.band_weight}, "train": {"steps": args.steps, "seed": args.seed}}
-               if args.network else None)
-    info = fit_and_save(structures, layout, args.output, args.lam, calibrate=not args.no_calibrate, network=network)
-    cal = "with leave-one-out band calibration" if info["calibrated"] else "no calibration"
-    kind = "ridge + network" if args.network else "closed-form ridge"
-    print(f"fitted {kind} on {len(structures)} crystals ({cal}); wrote {args.output}", file=sys.stderr)
-    return 0
+    if not n:
+        return f"{what} interval infinite: the model has no calibration scores for it"
+    return (f"{what} interval infinite at alpha={alpha:g}: {n} calibration structures give a finite conformal "
+            f"interval only for alpha >= 1/(n+1) = {min_finite_alpha(n):g} (ceil((n+1)(1-alpha)) <= n); "
+            f"rerun with --alpha {min_finite_alpha(n):g} or calibrate on more structures")
 
 
-def _run_crystal(args) -> int:
-    from sciml.hamiltonian.crystal_predict import predict_crystal_inputs
+def _run_crystal(args, predictor) -> int:
+    from sciml.hamiltonian.bands import predict_crystal_inputs
 
-    for row in predict_crystal_inputs(args.inputs, args.model, args.output, args.alpha, args.kpath, args.reference,
-                                      args.plot, args.threads, args.symprec):
-        gap = "no gap (no virtual band)"
+    for row in predict_crystal_inputs(args.inputs, predictor, args.output, args.alpha, args.kpath, args.reference,
+                                      args.plot, args.threads, args.symprec, progress=not args.no_progress):
+        gap, note = "no gap (no virtual band)", ""
         if "gap_ev" in row:
-            lo, hi = (f"{v:.3f}" if v is not None else s for v, s in ((row["gap_lower_ev"], "-inf"),
-                                                                      (row["gap_upper_ev"], "inf")))
-            gap = f"CBM {row['cbm_ev']:.3f} eV, gap {row['gap_ev']:.3f} eV [{lo}, {hi}]"
+            gap = f"CBM {row['cbm_ev']:.3f} eV, gap {row['gap_ev']:.3f} eV"
+            if row["gap_lower_ev"] is None:
+                note = interval_note(args.alpha, row.get("gap_n_calibration"), "gap")
+            else:
+                gap += f" [{row['gap_lower_ev']:.3f}, {row['gap_upper_ev']:.3f}]"
         extra = (f", occupied-band MAE vs pyscf {row['model_occupied_band_mae_mev']:.2f} meV"
                  if "model_occupied_band_mae_mev" in row else "")
         print(f"{row['source']}: VBM {row['vbm_ev']:.3f} eV, {gap}{extra} -> {row['folder']}")
+        if note:
+            print(f"  {note}")
+    print(f"wrote {len(args.inputs)} folder(s) under {args.output} (bands.json, deeph/"
+          f"{', bands.png' if args.plot else ''}); energies in eV", file=sys.stderr)
     return 0
 
 
@@ -89,12 +77,11 @@ def run_predict(args, overrides: list[str]) -> int:
     check_alpha_arg(args.alpha)
     if args.reference is not None and len(args.reference) != len(args.inputs):
         raise ValueError(f"--reference needs one file per input ({len(args.inputs)}), got {len(args.reference)}")
-    from sciml.core.io.artifact import load_artifact
-
-    if args.model and load_artifact(args.model).config.get("task") == "hamiltonian-crystal":
-        return _run_crystal(args)  # inputs are DeepH crystal folders carrying H0 and S
     predictor = load_model(args.model or DEFAULT_MODEL)
-    for row in predict_files(args.inputs, predictor, args.output, args.alpha, args.reference, args.plot):
+    if predictor.periodic:
+        return _run_crystal(args, predictor)
+    for row in predict_files(args.inputs, predictor, args.output, args.alpha, args.reference, args.plot,
+                             progress=not args.no_progress):
         gap = f"gap {row['gap_ev']:.3f} eV [{row['gap_lower_ev']:.3f}, {row['gap_upper_ev']:.3f}]" \
             if "gap_ev" in row else "no gap (no virtual orbital predicted)"
         print(f"{row['source']}: HOMO {row['homo_ev']:.3f} eV, {gap} -> {row['folder']}")

@@ -1,9 +1,12 @@
 """Evaluate a Hamiltonian module on a split and export it as a calibrated artifact (docs/design.md §4).
 
-Metrics (refs/HAMILTONIAN.md): MAE of all matrix entries of H (µHartree), the gauge-corrected MAE
+Molecules (refs/HAMILTONIAN.md): MAE of all matrix entries of H (µHartree), the gauge-corrected MAE
 ``MAE(H_pred, H_ref + μS)`` with ``μ = ⟨H_pred − H_ref, S⟩/⟨S, S⟩`` per structure, MAE of occupied orbital
 energies (meV), HOMO–LUMO gap error (meV) and the occupied-orbital cosine similarity
-``|c_predᵀ S c_ref|`` of S-normalised coefficient vectors (QHNet's ψ, in %).
+``|c_predᵀ S c_ref|`` of S-normalised coefficient vectors (QHNet's ψ, in %); split conformal on orbital energies.
+Crystals: H MAE over blocks (µHa) and occupied-band MAE (meV) against pyscf's bands at the generator's off-mesh
+check k-points, for the model and for H0; per-band (Mondrian) conformal scores ``max_k |ε_b − ε_b^pyscf|`` on the
+calibration split (:mod:`sciml.hamiltonian.bands`).
 """
 
 from __future__ import annotations
@@ -13,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sciml.hamiltonian.loss import gauge_shift, matrix_mae, orbital_energies
-from sciml.hamiltonian.units import HARTREE_MEV
 from sciml.core.io.artifact import save_artifact
+from sciml.hamiltonian.loss import gauge_shift, matrix_mae, orbital_energies
 from sciml.hamiltonian.module import HamiltonianModule
+from sciml.hamiltonian.units import HARTREE_MEV
 from sciml.uq import SplitConformal, coverage, mean_width
 
 
@@ -80,6 +83,53 @@ def calibrate(module: HamiltonianModule, dm, alpha: float = 0.1, score: str = "a
                  * HARTREE_MEV, "alpha": alpha, "n_calib_orbitals": int(cal.n_calib)} | summarise(test_res)
 
 
+def crystal_scores(predictor, structures) -> tuple[dict[str, float], torch.Tensor, torch.Tensor]:
+    """Mean crystal errors over ``structures``, per-band scores and their band indices.
+
+    Errors of :func:`~sciml.hamiltonian.periodic.crystal_errors`; scores ``max_k |ε_b(k) − ε_b^pyscf(k)|``
+    (Hartree) at the check k-points, and band indices, both ``(n_structures · n_bands,)``.
+    """
+    from sciml.hamiltonian.bands import predict_crystal
+    from sciml.hamiltonian.periodic import crystal_errors, structure_bands
+
+    errors, scores, groups = [], [], []
+    for s in structures:
+        if "check_bands" not in s.meta:
+            raise ValueError(f"{s.meta.get('source')}: no check_bands in info.json meta; regenerate the data with "
+                             "`sciml data hamiltonian --crystal`")
+        pred = predict_crystal(s, predictor)
+        errors.append(crystal_errors(pred, s, predictor.layout))
+        bands = structure_bands(pred, predictor.layout, s.meta["check_kpts"])
+        err = np.abs(bands - np.asarray(s.meta["check_bands"]))
+        scores.append(torch.from_numpy(err.max(axis=0)))
+        groups.append(torch.arange(err.shape[1]))
+    keys = set.intersection(*(set(e) for e in errors)) if errors else set()
+    mean = {k: float(np.mean([e[k] for e in errors])) for k in sorted(keys)} | {"n_structures": len(structures)}
+    return mean, torch.cat(scores) if scores else torch.zeros(0), torch.cat(groups) if groups else torch.zeros(0)
+
+
+def calibrate_crystals(module: HamiltonianModule, dm, alpha: float = 0.1):
+    """Per-band Mondrian conformal on the calib split; test-split errors and the band coverage of its intervals."""
+    from sciml.hamiltonian.predict import HamiltonianPredictor
+    from sciml.uq.mondrian import MondrianConformal
+
+    meta = module.hparams["meta"]
+    predictor = HamiltonianPredictor(module.eval(), None, module.layout, str(meta.get("basis")), str(meta.get("xc")),
+                                     Path("."), True, dict(meta.get("generator") or {}))
+    _, cal_scores, cal_groups = crystal_scores(predictor, dm.structures["calib"])
+    if len(cal_scores) == 0:
+        raise ValueError(f"data.path {dm.path}: the calib split is empty ({dm.split_sizes()}); conformal band "
+                         "intervals need calibration crystals (change data.split.fractions, or export without "
+                         "--calibrate)")
+    cal = MondrianConformal(score="absolute", alpha=alpha).fit(cal_scores, cal_groups)
+    metrics, test_scores, test_groups = crystal_scores(predictor, dm.structures["test"])
+    metrics |= {"alpha": alpha, "n_calib_structures": len(dm.structures["calib"])}
+    if len(test_scores):
+        q = cal.threshold_or_inf(test_groups, alpha)
+        metrics["test_band_coverage"] = float((test_scores <= q).double().mean())
+    return cal, metrics
+
+
 def _symbols(layout: dict) -> list[str]:
     from pymatgen.core import Element
 
@@ -110,6 +160,31 @@ def model_card(name: str, cfg: dict, metrics: dict, sizes: dict) -> str:
         "- Intervals are split-conformal over orbitals of exchangeable structures (marginal over orbitals).", ""])
 
 
+def crystal_card(name: str, cfg: dict, metrics: dict, sizes: dict) -> str:
+    """Markdown model card of a crystal model: data, split, metrics, intended use, limits."""
+    meta = cfg["module"].get("meta") or {}
+    m = metrics
+    lines = [f"# {name}", "", "E(3)-equivariant crystal Hamiltonian model: closed-form tensor-product ridge on H0(R) "
+             "blocks plus an equivariant network residual trained with a band-energy loss (Lightning), "
+             f"{meta.get('xc')}/{meta.get('basis')} ({(meta.get('generator') or {}).get('pseudo')}). Predicts H(R) of "
+             "crystals from structure files (pyscf.pbc builds H0 and S with the stored generator settings) or DeepH folders carrying H0 and S; bands with per-band split-conformal intervals.", "",
+             "## Data", f"- `{cfg['data']['path']}`, seeded split {sizes} (seed "
+             f"{cfg['data'].get('split', {}).get('seed')}); generator {meta.get('generator')}", "",
+             "## Metrics on the test split"]
+    if "model_occupied_band_mae_mev" in m:
+        lines.append(f"- occupied-band MAE vs pyscf {m['model_occupied_band_mae_mev']:.3g} meV (H0: "
+                     f"{m['h0_occupied_band_mae_mev']:.3g} meV) over {m['n_structures']} structures")
+    if "test_band_coverage" in m:
+        lines.append(f"- {100 * (1 - m['alpha']):.0f}% per-band intervals: coverage {m['test_band_coverage']:.3f} "
+                     f"({m['n_calib_structures']} calibration structures; infinite for alpha < "
+                     f"1/{m['n_calib_structures'] + 1})")
+    lines += ["", "## Intended use and limits",
+              f"- Crystals of the trained elements {', '.join(_symbols(cfg['module']['layout']))}, same basis and "
+              "pseudopotential, geometries close to the training ones (small displacements of the ideal cell).",
+              "- Prediction needs pyscf (quantum extra) for H0 and S of structure files.", ""]
+    return "\n".join(lines)
+
+
 def export(ckpt: str | Path, state: dict, output: str | Path, cfg: dict, calibrate_: bool = True,
            alpha: float = 0.1, score: str | None = None) -> dict:
     """Export the checkpoint ``ckpt`` (already loaded as ``state``) of a Hamiltonian run to ``output``."""
@@ -119,13 +194,18 @@ def export(ckpt: str | Path, state: dict, output: str | Path, cfg: dict, calibra
     module = HamiltonianModule(**hparams)
     module.load_state_dict(state["state_dict"], strict=True)
     dm = datamodule(cfg, None)
-    cal, metrics = calibrate(module, dm, alpha, score or cfg.get("calibration", {}).get("score", "absolute"))
+    if dm.periodic:
+        cal, metrics = calibrate_crystals(module, dm, alpha)
+    else:
+        cal, metrics = calibrate(module, dm, alpha, score or cfg.get("calibration", {}).get("score", "absolute"))
     art_cfg = {"task": "hamiltonian", "module": hparams, "data": cfg["data"]}
-    metadata = {"task": "hamiltonian", "target": {"name": "orbital_energies", "unit": "hartree"},
+    target = ({"name": "band_energies", "unit": "hartree"} if dm.periodic else
+              {"name": "orbital_energies", "unit": "hartree"})
+    metadata = {"task": "hamiltonian", "target": target, "periodic": dm.periodic,
                 "elements": module.layout.elements(), "layout": module.layout.to_dict(),
                 "basis": hparams["meta"].get("basis"), "xc": hparams["meta"].get("xc"),
                 "split_sizes": dm.split_sizes(), "metrics": metrics, "source_checkpoint": Path(ckpt).name}
+    card = (crystal_card if dm.periodic else model_card)(Path(output).name, art_cfg, metrics, dm.split_sizes())
     save_artifact(output, config=art_cfg, state_dict=module.state_dict(), metadata=metadata,
-                  calibrator=cal.to_dict() if calibrate_ else None,
-                  card=model_card(Path(output).name, art_cfg, metrics, dm.split_sizes()))
+                  calibrator=cal.to_dict() if calibrate_ else None, card=card)
     return metrics

@@ -114,3 +114,38 @@ def hamiltonian_loss(pred_norm: tuple, target_norm: tuple, masks: tuple, eps_pre
         eig = (((eps_pred - eps_ref) / weights.get("eig_scale", 1e-3)) ** 2).mean()
     loss = weights.get("real", 1.0) * real + weights.get("eig", 0.0) * eig
     return {"loss": loss, "real": real.detach(), "eig": eig.detach()}
+
+
+def crystal_bands(h_node: torch.Tensor, h_edge: torch.Tensor, setup: dict, node_basis: BlockBasis,
+                  edge_basis: BlockBasis) -> torch.Tensor:
+    """Lowest ``n_bands`` band energies ``(n_k, n_bands)`` (Hartree) of one crystal's H irreps, differentiable.
+
+    The blocks are scattered into dense ``H(R)`` and symmetrised with their partners,
+    ``H_ij(R) = ½ (B_ij(R) + B_ji(−R)ᵀ)`` (as :func:`sciml.hamiltonian.data.crystal.structure_from_irreps`),
+    Bloch-summed, ``H(k) = Σ_R e^{2πi k·R} H(R)``, and ``ε = eigvalsh(S^{-1/2} H S^{-1/2})`` at the setup's k-points
+    (``setup`` from :func:`sciml.hamiltonian.data.crystal.band_setup`; ``h_node (N, Dn)``, ``h_edge (E, De)``).
+    """
+    from sciml.hamiltonian.periodic import band_energies_torch, bloch_sum_torch
+
+    n, n_r = setup["n"], len(setup["R"])
+    flat = h_node.new_zeros(n_r * n * n)
+    for kind, sel, idx, za, zb in setup["scatter"]:
+        x = (h_node if kind == 0 else h_edge)[sel]
+        flat = flat.index_add(0, idx, (node_basis if kind == 0 else edge_basis).to_blocks(x, za, zb).reshape(-1))
+    b = torch.cat([flat.view(n_r, n, n), flat.new_zeros(1, n, n)])
+    hr = (b[:-1] + b[setup["neg"]].transpose(-1, -2)) / setup["count"]
+    hk = bloch_sum_torch(setup["R"], hr, setup["kpts"])
+    return band_energies_torch(hk, setup["sk"])[:, : setup["n_bands"]]
+
+
+def block_mae(err_node: torch.Tensor, err_edge: torch.Tensor, node_type: torch.Tensor, edge_type: torch.Tensor,
+              node_basis: BlockBasis, edge_basis: BlockBasis) -> torch.Tensor:
+    """Mean absolute error over all block entries (Hartree) from irreps errors ``(N, Dn)``, ``(E, De)``."""
+    total, count = err_node.new_zeros(()), 0
+    for err, types, basis in ((err_node, node_type, node_basis), (err_edge, edge_type, edge_basis)):
+        for t, (za, zb) in enumerate(basis.pairs):
+            sel = (types == t).nonzero().flatten()
+            if len(sel):
+                blocks = basis.to_blocks(err[sel], za, zb)
+                total, count = total + blocks.abs().sum(), count + blocks.numel()
+    return total / max(count, 1)

@@ -1,11 +1,24 @@
-"""HamiltonianModule: Lightning task module predicting Kohn–Sham Hamiltonians with orbital-energy outputs.
+"""HamiltonianModule: Lightning task module predicting Kohn–Sham Hamiltonians of molecules and crystals.
 
 The network (:class:`sciml.hamiltonian.nn.HamiltonianNet`) maps H0 block irreps and geometry to normalised
-irreps of ``ΔH = H − H0`` (``use_h0: false``: of ``H`` itself, with no H0 input); blocks are assembled into a
-symmetric matrix (:func:`sciml.hamiltonian.loss.assemble`) whose generalised eigenvalues are the predicted
-orbital energies. ``predict_step`` returns a :class:`~sciml.core.types.Prediction` whose ``mean`` holds the
-orbital energies (Hartree, ``n_occupied + n_virtual`` per structure, concatenated) — the quantity the
-conformal layer calibrates — and whose ``meta`` holds the predicted matrices.
+irreps of ``ΔH = H − H0`` (``use_h0: false``: of ``H`` itself, with no H0 input); with a closed-form
+:class:`~sciml.hamiltonian.nn.ridge.TensorProductRidge` base the prediction per block is
+
+    ΔH = ridge(H0, r) + σ_t · net(Ĥ0, r)          (network edges; the ridge alone on the others),
+
+read-outs zero-initialised so training starts at the closed-form solution. The loss is the normalised block
+MSE plus an energy term (:func:`~sciml.hamiltonian.loss.hamiltonian_loss`):
+
+- molecules (:class:`~sciml.hamiltonian.data.batch.HamiltonianBatch`): blocks are assembled into a symmetric
+  matrix (:func:`~sciml.hamiltonian.loss.assemble`) whose generalised eigenvalues are the orbital energies;
+- crystals (:class:`~sciml.hamiltonian.data.batch.CrystalBatch`): blocks are assembled into ``H(R)``,
+  Bloch-summed and diagonalised at the generator's SCF k-mesh (:func:`~sciml.hamiltonian.loss.crystal_bands`):
+  the band-energy term.
+
+``val_mae`` (model selection) is the MAE of H matrix entries in µHartree. ``predict_step`` returns a
+:class:`~sciml.core.types.Prediction`: molecules, orbital energies (Hartree, ``n_occupied + n_virtual`` per
+structure, concatenated: what the conformal layer calibrates) with the matrices in ``meta``; crystals, the
+band energies at the batch's k-points (when known) with the H irreps in ``meta``.
 """
 
 from __future__ import annotations
@@ -13,13 +26,13 @@ from __future__ import annotations
 import lightning as L
 import torch
 
-from sciml.hamiltonian.loss import assemble, hamiltonian_loss, matrix_mae, orbital_energies
-from sciml.hamiltonian.orbitals import OrbitalLayout
-from sciml.hamiltonian.units import HARTREE_MEV
+from sciml.core.types import Prediction
+from sciml.hamiltonian.loss import assemble, block_mae, crystal_bands, hamiltonian_loss, matrix_mae, orbital_energies
 from sciml.hamiltonian.nn import BlockBasis, HamiltonianNet
 from sciml.hamiltonian.nn.normalize import IrrepsNormalizer
 from sciml.hamiltonian.nn.ridge import TensorProductRidge
-from sciml.core.types import Prediction
+from sciml.hamiltonian.orbitals import OrbitalLayout
+from sciml.hamiltonian.units import HARTREE_MEV
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -34,15 +47,17 @@ class HamiltonianModule(L.LightningModule):
         and ``dtype`` (``float32`` or ``float64``).
     layout : dict
         ``OrbitalLayout.to_dict()`` of the training basis.
-    stats : dict
+    stats : dict or None
         Normalisation statistics from the training split: ``x_node``, ``x_edge``, ``y_node``, ``y_edge``, each
-        ``[mean, std]`` nested lists (see :class:`IrrepsNormalizer`).
+        ``[mean, std]`` nested lists (see :class:`IrrepsNormalizer`); ``None`` for placeholders that a state
+        dict then fills.
     loss : dict
         ``real``, ``eig``, ``eig_scale`` weights (see :func:`hamiltonian_loss`).
     optim : dict
         ``lr``, ``weight_decay``, ``scheduler`` (``cosine``, ``onecycle`` or ``none``), ``min_lr_ratio``.
     meta : dict
-        Facts stored for prediction: ``basis``, ``xc``, ``cutoff``, ``n_virtual``.
+        Facts stored for prediction: ``basis``, ``xc``, ``cutoff``, ``n_virtual``; crystals also ``periodic``
+        (true) and ``generator`` (the pyscf.pbc settings that build H0 and S of new structures).
     ridge : dict or None
         Settings and fitted ``shapes`` of the closed-form :class:`TensorProductRidge` base model (with H0
         input only); the network then predicts the residual ``ΔH − ridge`` (``stats`` y_* describe it) from a
@@ -50,7 +65,7 @@ class HamiltonianModule(L.LightningModule):
 
     """
 
-    def __init__(self, network: dict, layout: dict, stats: dict, loss: dict | None = None,
+    def __init__(self, network: dict, layout: dict, stats: dict | None = None, loss: dict | None = None,
                  optim: dict | None = None, meta: dict | None = None, ridge: dict | None = None) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -63,8 +78,10 @@ class HamiltonianModule(L.LightningModule):
         self.net = HamiltonianNet(str(self.node_basis.irreps), str(self.edge_basis.irreps), len(self.node_basis.pairs),
                                   len(self.edge_basis.pairs), **kwargs)
         self.net.to(DTYPES[network.get("dtype", "float32")])
-        self.norms = torch.nn.ModuleDict({k: IrrepsNormalizer(*stats[k]) for k in ("x_node", "x_edge", "y_node",
-                                                                                    "y_edge")})
+        dims = {"x_node": self.node_basis, "y_node": self.node_basis, "x_edge": self.edge_basis,
+                "y_edge": self.edge_basis}
+        self.norms = torch.nn.ModuleDict({k: IrrepsNormalizer(*(stats[k] if stats else IrrepsNormalizer.identity(
+            len(b.pairs), b.dim))) for k, b in dims.items()})
         # components each type uses; the loss also skips channels constant in the training targets (σ = 0)
         self.register_buffer("node_mask", torch.stack([self.node_basis.mask(*p) for p in self.node_basis.pairs]))
         self.register_buffer("edge_mask", torch.stack([self.edge_basis.mask(*p) for p in self.edge_basis.pairs]))
@@ -93,44 +110,81 @@ class HamiltonianModule(L.LightningModule):
             return torch.zeros_like(batch.x_node), torch.zeros_like(batch.x_edge)
         return self.ridge(batch.x_node, batch.x_edge, vec, batch.edge_index, batch.node_type, batch.edge_type)
 
-    def outputs(self, batch):
-        """``(H_flat (F,) float64, node_norm (N, Dn), edge_norm (E, De), base_node, base_edge)``."""
-        dt = self.dtype_
-        vec64 = self.net.edge_vectors(batch.pos.double(), batch.edge_index)
-        xn = self.norms["x_node"].normalize(batch.x_node, batch.node_type).to(dt)
-        xe = self.norms["x_edge"].normalize(batch.x_edge, batch.edge_type).to(dt)
-        node, edge = self.net(batch.node_type, batch.edge_type, vec64.to(dt), batch.edge_index, xn, xe)
-        node = node * self.node_mask[batch.node_type]
-        edge = edge * self.edge_mask[batch.edge_type]
+    def outputs(self, batch) -> dict[str, torch.Tensor]:
+        """Network and ΔH irreps of a batch (molecules or crystals).
+
+        Returns ``node (N, Dn)`` and ``edge (E_net, De)``: normalised network outputs (network edges only);
+        ``base_node``, ``base_edge``: the ridge's ΔH (Hartree, all items); ``d_node (N, Dn)``, ``d_edge (E, De)``:
+        the predicted ΔH (Hartree, float64; ``H`` itself with ``use_h0: false``).
+        """
+        dt, sel = self.dtype_, batch.net_edge
+        vec64 = batch.vectors()
+        nt, et = batch.node_type, batch.edge_type[sel]
+        xn = self.norms["x_node"].normalize(batch.x_node, nt).to(dt)
+        xe = self.norms["x_edge"].normalize(batch.x_edge[sel], et).to(dt)
+        node, edge = self.net(nt, et, vec64[sel].to(dt), batch.edge_index[:, sel], xn, xe)
+        node, edge = node * self.node_mask[nt], edge * self.edge_mask[et]
         bn, be = self.base(batch, vec64)
-        dn = (self.norms["y_node"].denormalize(node, batch.node_type) + bn) * self.node_mask[batch.node_type]
-        de = (self.norms["y_edge"].denormalize(edge, batch.edge_type) + be) * self.edge_mask[batch.edge_type]
-        h = assemble(dn, de, batch, self.node_basis, self.edge_basis, base=batch.h0 if self.use_h0 else None)
-        return h, node, edge, bn, be
+        dn = (self.norms["y_node"].denormalize(node, nt) + bn) * self.node_mask[nt]
+        de = be.index_add(0, sel.nonzero().flatten(), self.norms["y_edge"].denormalize(edge, et))
+        de = de * self.edge_mask[batch.edge_type]
+        return {"node": node, "edge": edge, "base_node": bn, "base_edge": be, "d_node": dn, "d_edge": de}
+
+    def h_irreps(self, batch, out: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """Predicted H irreps (Hartree): ``H0 + ΔH`` with H0 input, else the network's H."""
+        if self.use_h0:
+            return batch.x_node + out["d_node"], batch.x_edge + out["d_edge"]
+        return out["d_node"], out["d_edge"]
+
+    def matrices(self, batch, out: dict) -> torch.Tensor:
+        """Molecules: the predicted symmetric matrices, flattened ``(F,)`` float64, Hartree."""
+        return assemble(out["d_node"], out["d_edge"], batch, self.node_basis, self.edge_basis,
+                        base=batch.h0 if self.use_h0 else None)
+
+    def bands(self, batch, out: dict) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Crystals: predicted and reference band energies (Hartree), flattened over crystals; None without k."""
+        if any(b is None for b in batch.bands):
+            return None
+        hn, he = self.h_irreps(batch, out)
+        pred = [crystal_bands(n, e, setup, self.node_basis, self.edge_basis).reshape(-1) for n, e, setup in
+                zip(hn.split(batch.n_nodes.tolist()), he.split(batch.n_edges.tolist()), batch.bands, strict=True)]
+        return torch.cat(pred), torch.cat([setup["target"].reshape(-1) for setup in batch.bands])
 
     def forward(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(H_flat (F,) float64 Hartree, node_norm (N, Dn), edge_norm (E, De))``."""
-        return self.outputs(batch)[:3]
+        """Molecules: ``(H_flat (F,) float64 Hartree, node_norm (N, Dn), edge_norm (E, De))``."""
+        out = self.outputs(batch)
+        return self.matrices(batch, out), out["node"], out["edge"]
 
     def _step(self, batch, stage: str) -> torch.Tensor:
-        h, node, edge, bn, be = self.outputs(batch)
+        out = self.outputs(batch)
+        sel, nt, et = batch.net_edge, batch.node_type, batch.edge_type[batch.net_edge]
         yn, ye = self.targets(batch)
-        yn, ye = yn - bn, ye - be
-        target = (self.norms["y_node"].normalize(yn, batch.node_type),
-                  self.norms["y_edge"].normalize(ye, batch.edge_type))
+        target = (self.norms["y_node"].normalize(yn - out["base_node"], nt),
+                  self.norms["y_edge"].normalize((ye - out["base_edge"])[sel], et))
         need_eig = self.loss_weights["eig"] > 0 or stage != "train"
-        eps = orbital_energies(h, batch) if need_eig else None
-        masks = ((self.node_mask & self.norms["y_node"].alive())[batch.node_type],
-                 (self.edge_mask & self.norms["y_edge"].alive())[batch.edge_type])
-        out = hamiltonian_loss((node.double(), edge.double()), target, masks, eps, batch.y, self.loss_weights)
+        masks = ((self.node_mask & self.norms["y_node"].alive())[nt],
+                 (self.edge_mask & self.norms["y_edge"].alive())[et])
+        if batch.periodic:
+            eps, ref = (self.bands(batch, out) if need_eig else None) or (None, None)
+            if eps is None and self.loss_weights["eig"] > 0:
+                raise ValueError("crystal without kpts / n_occupied in its meta (info.json): the band loss needs "
+                                 "them; regenerate with `sciml data hamiltonian --crystal` or set model.loss.eig: 0")
+            hn, he = self.h_irreps(batch, out)
+            mae = block_mae(hn.detach() - batch.h_node, he.detach() - batch.h_edge, nt, batch.edge_type,
+                            self.node_basis, self.edge_basis) * 1e6
+        else:
+            h = self.matrices(batch, out)
+            eps, ref = (orbital_energies(h, batch) if need_eig else None), batch.y
+            mae = matrix_mae(h.detach(), batch.h, batch).mean() * 1e6
+        loss = hamiltonian_loss((out["node"].double(), out["edge"].double()), target, masks, eps, ref,
+                                self.loss_weights)
         n = batch.num_graphs
-        mae = matrix_mae(h.detach(), batch.h, batch).mean() * 1e6
-        self.log(f"{stage}_loss", out["loss"], prog_bar=stage == "train", batch_size=n, sync_dist=True)
+        self.log(f"{stage}_loss", loss["loss"], prog_bar=stage == "train", batch_size=n, sync_dist=True)
         self.log(f"{stage}_mae", mae, prog_bar=stage != "train", batch_size=n, sync_dist=True)
         if eps is not None:
-            eig_mae = (eps.detach() - batch.y).abs().mean() * HARTREE_MEV
+            eig_mae = (eps.detach() - ref).abs().mean() * HARTREE_MEV
             self.log(f"{stage}_eig_mae_mev", eig_mae, batch_size=n, sync_dist=True)
-        return out["loss"]
+        return loss["loss"]
 
     def training_step(self, batch, batch_idx: int) -> torch.Tensor:
         return self._step(batch, "train")
@@ -142,9 +196,19 @@ class HamiltonianModule(L.LightningModule):
         self._step(batch, "test")
 
     def predict_step(self, batch, batch_idx: int = 0) -> Prediction:
-        """Orbital energies (Hartree) as ``mean``; ``meta['hamiltonian']`` the flattened matrices (e3nn order)."""
+        """Energies (Hartree) as ``mean``, with the predicted Hamiltonian in ``meta``.
+
+        Molecules: orbital energies, ``meta['hamiltonian']`` the flattened matrices (e3nn order). Crystals: band
+        energies at the batch's k-points (empty without them), ``meta['h_node']``, ``meta['h_edge']`` the H irreps.
+        """
         with torch.no_grad():
-            h, _, _ = self(batch)
+            out = self.outputs(batch)
+            if batch.periodic:
+                hn, he = self.h_irreps(batch, out)
+                bands = self.bands(batch, out)
+                mean = bands[0] if bands is not None else hn.new_zeros(0)
+                return Prediction(mean=mean, meta={"unit": "hartree", "h_node": hn, "h_edge": he})
+            h = self.matrices(batch, out)
             eps = orbital_energies(h, batch)
         return Prediction(mean=eps, meta={"unit": "hartree", "hamiltonian": h, "n_ao": batch.n_ao,
                                           "n_eig": batch.n_eig, "n_occ": batch.n_occ})

@@ -19,9 +19,10 @@ import numpy as np
 
 from sciml.hamiltonian.orbitals import OrbitalLayout
 from sciml.hamiltonian.structure import HamiltonianStructure
+from sciml.hamiltonian.units import HARTREE_MEV
 
-__all__ = ["band_energies", "band_energies_torch", "bloch_sum", "bloch_sum_torch", "dense_blocks", "structure_bands",
-           "fourier_blocks", "mesh_kpoints"]
+__all__ = ["band_energies", "band_energies_torch", "bloch_sum", "bloch_sum_torch", "crystal_errors", "dense_blocks",
+           "fourier_blocks", "kpath", "mesh_kpoints", "structure_bands"]
 
 
 def mesh_kpoints(mesh) -> np.ndarray:
@@ -140,3 +141,61 @@ def structure_bands(structure: HamiltonianStructure, layout: OrbitalLayout, kpts
     r_s, s = dense_blocks(structure, "S", layout)
     kpts = np.atleast_2d(np.asarray(kpts, dtype=np.float64))
     return band_energies(bloch_sum(r_h, h, kpts), bloch_sum(r_s, s, kpts))
+
+
+def crystal_errors(pred: HamiltonianStructure, ref: HamiltonianStructure, layout: OrbitalLayout) -> dict:
+    """H MAE over blocks (µHa) and occupied-band MAE (meV) against pyscf, for the prediction and for H0.
+
+    H MAE needs the same atom images in both (else only bands). Bands are compared at the reference's off-mesh
+    ``check_kpts`` with the pyscf ``check_bands`` stored by the
+    generator; ``reference_h_occupied_band_mae_mev`` is the floor set by the reference H(R) itself.
+    """
+    keys = list(ref.blocks_of("H"))
+    kpts, bands = np.asarray(ref.meta["check_kpts"]), np.asarray(ref.meta["check_bands"])
+    occ = int(ref.meta["n_occupied"])
+    out = {}
+    if set(keys) <= set(pred.blocks_of("H")):  # same atom images (a CIF may wrap atoms: then bands only)
+        err = np.concatenate([np.abs(pred.blocks["H"][k] - ref.blocks["H"][k]).ravel() for k in keys])
+        err0 = np.concatenate([np.abs(ref.blocks["H0"][k] - ref.blocks["H"][k]).ravel() for k in keys])
+        out = {"h_mae_microhartree": float(err.mean() * 1e6), "h0_mae_microhartree": float(err0.mean() * 1e6)}
+    for name, st, tag in (("model", pred, "H"), ("h0", ref, "H0"), ("reference_h", ref, "H")):
+        b = structure_bands(st, layout, kpts, tag)
+        out[f"{name}_occupied_band_mae_mev"] = float(np.abs(b[:, :occ] - bands[:, :occ]).mean() * HARTREE_MEV)
+    return out
+
+
+def kpath(numbers, positions, lattice, n: int = 60, symprec: float = 0.1) -> tuple[np.ndarray, np.ndarray, list]:
+    """High-symmetry path: fractional k (n', 3) of ``lattice``, path length x (n',) in 1/Å, ticks ``[(x, label)]``.
+
+    pymatgen's path is given in Cartesian coordinates of its standard primitive cell (spglib's standardised
+    orientation), rotated back to the input's orientation and mapped to this lattice's reciprocal basis,
+    ``k_frac = k_cart · Lᵀ / 2π`` (any cell of the crystal: primitive, conventional, rotated).
+    ``symprec`` (Å) is loose so that slightly displaced structures keep the path of their ideal lattice.
+    """
+    import warnings
+
+    from pymatgen.core import Lattice, Structure
+    from pymatgen.symmetry.analyzer import SpacegroupAnalyzer
+    from pymatgen.symmetry.bandstructure import HighSymmKpath
+
+    st = Structure(Lattice(lattice), [int(z) for z in numbers], positions, coords_are_cartesian=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        path = HighSymmKpath(st, symprec=symprec)
+        # spglib's standardisation rotates Cartesian space (x_std = R x): bring k back, k_in = Rᵀ k_std
+        rot = np.asarray(SpacegroupAnalyzer(st, symprec=symprec).get_symmetry_dataset().std_rotation_matrix)
+    kp = path.kpath
+    cart = {name: kp["kpoints"][name] @ path.prim_rec.matrix @ rot for name in kp["kpoints"]}
+    segments = [(cart[a], cart[b], a, b) for branch in kp["path"] for a, b in zip(branch[:-1], branch[1:], strict=True)]
+    total = sum(np.linalg.norm(b - a) for a, b, _, _ in segments)
+    ks, xs, ticks, x0 = [], [], [], 0.0
+    for a, b, la, lb in segments:
+        length = np.linalg.norm(b - a)
+        m = max(2, round(n * length / total))
+        t = np.linspace(0.0, 1.0, m)
+        ks.append(a + t[:, None] * (b - a))
+        xs.append(x0 + t * length)
+        ticks += [(x0, la), (x0 + length, lb)]
+        x0 += length
+    kfrac = np.vstack(ks) @ np.asarray(lattice).T / (2 * np.pi)
+    return kfrac, np.concatenate(xs), ticks

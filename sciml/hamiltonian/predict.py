@@ -1,4 +1,6 @@
-"""Predict Kohn–Sham Hamiltonians, orbital energies and HOMO–LUMO gaps of molecules from ``.xyz`` files.
+"""Load a Hamiltonian model; predict Kohn–Sham Hamiltonians, orbital energies and HOMO–LUMO gaps of molecules.
+
+One artifact loader (:func:`load_model`) serves molecule and crystal models (crystals: :mod:`sciml.hamiltonian.bands`).
 
 Pipeline per molecule: read the geometry (Å) → pyscf builds the overlap ``S`` and the zeroth-step ``H0``
 (Fock matrix of the minao initial-guess density) in the model's basis → the network predicts ``H`` → orbital
@@ -10,27 +12,30 @@ calibration split's orbital energies). pyscf is needed for ``S`` and ``H0`` of n
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from sciml.hamiltonian.data.datamodule import bases, collate, structure_to_sample
+from sciml.core.io.artifact import ArtifactError, load_artifact
+from sciml.core.io.shipped import shipped_path
+from sciml.hamiltonian.data.datamodule import collate, structure_to_sample
+from sciml.hamiltonian.module import HamiltonianModule
 from sciml.hamiltonian.orbitals import OrbitalLayout
 from sciml.hamiltonian.structure import HamiltonianStructure
 from sciml.hamiltonian.units import HARTREE_EV
-from sciml.core.io.artifact import ArtifactError, load_artifact
-from sciml.hamiltonian.module import HamiltonianModule
 from sciml.uq.split import calibrator_from_dict
-from sciml.core.io.shipped import shipped_path
 
 DEFAULT_MODEL = shipped_path("checkpoints/water-pbe-def2svp")
 
 
 @dataclass
 class HamiltonianPredictor:
-    """A loaded Hamiltonian model: module (eval mode), calibrator, orbital layout, level of theory."""
+    """A loaded Hamiltonian model: module (eval mode), calibrator, orbital layout, level of theory.
+
+    Crystal models (``periodic``) also carry the pyscf.pbc ``generator`` settings that build H0 and S.
+    """
 
     module: HamiltonianModule
     calibrator: torch.nn.Module | None
@@ -38,20 +43,50 @@ class HamiltonianPredictor:
     basis: str
     xc: str
     path: Path
+    periodic: bool = False
+    generator: dict = field(default_factory=dict)
+
+
+#: network settings of the first crystal models (``task: hamiltonian-crystal`` artifacts, e.g. si-c-pbe-gth)
+LEGACY_CRYSTAL_NET = {"hidden": "16x0e+8x1o+8x1e+4x2e+4x2o", "lmax": 2, "n_layers": 2, "n_rbf": 16, "cutoff": 6.0,
+                      "radial_hidden": 32}
+
+
+def module_config(config: dict, metadata: dict, path) -> dict:
+    """``HamiltonianModule`` keyword arguments of an artifact's config.
+
+    Also reads the first crystal format (``task: hamiltonian-crystal``, ridge + network trained outside
+    Lightning, same state-dict keys): its network ran in float64 on blocks within ``network.settings.cutoff``.
+    """
+    if config.get("task") == "hamiltonian":
+        return dict(config["module"])
+    if config.get("task") != "hamiltonian-crystal":
+        raise ArtifactError(f"{path}: task is {config.get('task')!r}, not a Hamiltonian model")
+    if not config.get("network"):
+        raise ArtifactError(f"{path}: a ridge-only crystal model of an older sciml; retrain it with "
+                            "`sciml fit --config configs/hamiltonian/si-c.yaml`")
+    net = LEGACY_CRYSTAL_NET | config["network"]["settings"]
+    meta = {k: metadata.get(k) for k in ("basis", "xc", "pseudo")}
+    meta |= {"cutoff": float(net["cutoff"]), "n_virtual": int(config["network"]["loss"].get("n_virtual", 2)),
+             "periodic": True, "generator": config.get("generator") or {}}
+    loss = {k: v for k, v in config["network"]["loss"].items() if k != "n_virtual"}
+    return {"network": net | {"use_h0": True, "dtype": "float64"}, "layout": config["layout"], "stats": None,
+            "loss": loss, "meta": meta, "ridge": config["ridge"]}
 
 
 def load_model(path: str | Path = DEFAULT_MODEL) -> HamiltonianPredictor:
-    """Load a Hamiltonian artifact folder (strict weights, JSON calibrator)."""
+    """Load a Hamiltonian artifact folder, molecule or crystal model (strict weights, JSON calibrator)."""
+    import sciml.uq.mondrian  # noqa: F401  (registers the "mondrian" calibrator of crystal models)
+
     art = load_artifact(path)
-    if art.config.get("task") != "hamiltonian":
-        raise ArtifactError(f"{path}: task is {art.config.get('task')!r}, not a Hamiltonian model")
-    module = HamiltonianModule(**art.config["module"])
+    module = HamiltonianModule(**module_config(art.config, dict(art.metadata or {}), path))
     module.load_state_dict(art.state_dict, strict=True)
     module.eval()
-    meta = art.config["module"].get("meta") or {}
+    meta = module.hparams.get("meta") or {}
     calibrator = calibrator_from_dict(art.calibrator) if art.calibrator else None
     return HamiltonianPredictor(module, calibrator, module.layout, str(meta.get("basis", "def2-svp")),
-                                str(meta.get("xc", "pbe")), Path(path))
+                                str(meta.get("xc", "pbe")), Path(path), bool(meta.get("periodic")),
+                                dict(meta.get("generator") or {}))
 
 
 def read_xyz(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
@@ -128,7 +163,7 @@ def predict_structures(structures: list[HamiltonianStructure], predictor: Hamilt
     """
     m = predictor.module
     meta = m.hparams.get("meta") or {}
-    nb, eb = bases(predictor.layout)
+    nb, eb = m.node_basis, m.edge_basis
     samples = [structure_to_sample(s, predictor.layout, nb, eb, float(meta.get("cutoff", 100.0)),
                                    int(meta.get("n_virtual", 3)), with_target=False) for s in structures]
     batch = collate(samples)
@@ -168,8 +203,8 @@ def write_prediction(folder: Path, structure: HamiltonianStructure, result: dict
     """
     import json
 
-    from sciml.hamiltonian.data.deeph import write_deeph
     from sciml.core.io.atomic import atomic_open, atomic_write_text
+    from sciml.hamiltonian.data.deeph import write_deeph
 
     layout, numbers = predictor.layout, structure.numbers
     h_e3nn = result["hamiltonian"]
@@ -202,24 +237,38 @@ def write_prediction(folder: Path, structure: HamiltonianStructure, result: dict
 
 
 def predict_files(paths, predictor: HamiltonianPredictor, output: str | Path, alpha: float = 0.1,
-                  references=None, plot: bool = False):
-    """Yield one summary row per ``.xyz`` file after writing its folder ``<output>/<stem>/``."""
-    output = Path(output)
-    for k, path in enumerate(paths):
-        numbers, positions = read_xyz(path)
-        check_elements(numbers, predictor.layout, str(path))
-        mats = zeroth_step(numbers, positions, predictor.basis, predictor.xc, predictor.layout, str(path))
-        structure = structure_from_matrices(numbers, positions, mats, predictor.layout, mats["n_occupied"], str(path))
-        reference = None
-        if references:
-            reference = np.load(references[k], allow_pickle=False)
-            if reference.shape != mats["S"].shape:
-                raise ValueError(f"{references[k]}: reference H has shape {reference.shape}, the molecule in {path} "
-                                 f"needs {mats['S'].shape} (pyscf AO order, {predictor.basis})")
-        result = predict_structures([structure], predictor, alpha)[0]
-        row = write_prediction(output / Path(path).stem, structure, result, mats["S"], predictor, reference)
-        if plot:
-            from sciml.hamiltonian.plot import plot_levels
+                  references=None, plot: bool = False, progress: bool = True):
+    """Yield one summary row per ``.xyz`` file after writing its folder ``<output>/<stem>/``.
 
-            row["plot"] = str(plot_levels(row, output / Path(path).stem / "levels.png"))
-        yield row
+    A progress bar on stderr counts molecules and names the stage (pyscf H0/S, network, write).
+    """
+    from tqdm.auto import tqdm
+
+    output = Path(output)
+    bar = tqdm(total=len(paths), desc="molecules", unit="structure", disable=not progress)
+    try:
+        for k, path in enumerate(paths):
+            bar.set_postfix_str(f"{Path(path).name}: pyscf H0, S")
+            numbers, positions = read_xyz(path)
+            check_elements(numbers, predictor.layout, str(path))
+            mats = zeroth_step(numbers, positions, predictor.basis, predictor.xc, predictor.layout, str(path))
+            structure = structure_from_matrices(numbers, positions, mats, predictor.layout, mats["n_occupied"],
+                                                str(path))
+            reference = None
+            if references:
+                reference = np.load(references[k], allow_pickle=False)
+                if reference.shape != mats["S"].shape:
+                    raise ValueError(f"{references[k]}: reference H has shape {reference.shape}, the molecule in "
+                                     f"{path} needs {mats['S'].shape} (pyscf AO order, {predictor.basis})")
+            bar.set_postfix_str(f"{Path(path).name}: network")
+            result = predict_structures([structure], predictor, alpha)[0]
+            bar.set_postfix_str(f"{Path(path).name}: write")
+            row = write_prediction(output / Path(path).stem, structure, result, mats["S"], predictor, reference)
+            if plot:
+                from sciml.hamiltonian.plot import plot_levels
+
+                row["plot"] = str(plot_levels(row, output / Path(path).stem / "levels.png"))
+            bar.update()
+            yield row
+    finally:
+        bar.close()

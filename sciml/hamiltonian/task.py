@@ -1,4 +1,4 @@
-"""Build the Hamiltonian data module and Lightning module from a config dict."""
+"""Build the Hamiltonian data module and Lightning module from a config dict (molecules and crystals alike)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from sciml.hamiltonian.data.datamodule import HamiltonianDataModule, collate
+from sciml.hamiltonian.data.datamodule import HamiltonianDataModule
 from sciml.hamiltonian.module import HamiltonianModule
 from sciml.hamiltonian.nn.normalize import IrrepsNormalizer
 from sciml.hamiltonian.nn.ridge import TensorProductRidge
@@ -19,14 +19,21 @@ def datamodule(cfg: dict, run_dir: Path | None = None) -> HamiltonianDataModule:
     return dm
 
 
+def train_batch(dm: HamiltonianDataModule):
+    """All training structures as one batch (molecules or crystals)."""
+    if not dm.datasets["train"]:
+        raise ValueError(f"data.path {dm.path}: the train split is empty ({dm.split_sizes()}); add structures or "
+                         "change data.split.fractions")
+    return dm.collate_fn(dm.datasets["train"])
+
+
 def fit_ridge(dm: HamiltonianDataModule, settings: dict) -> TensorProductRidge:
-    """The closed-form tensor-product ridge model of ΔH fitted on the train split (float64)."""
-    b = collate(dm.datasets["train"])
+    """The closed-form tensor-product ridge model of ΔH fitted on every block of the train split (float64)."""
+    b = train_batch(dm)
     nb, eb = dm.node_basis, dm.edge_basis
     ridge = TensorProductRidge.from_settings(nb, eb, {k: v for k, v in settings.items() if k != "shapes"})
-    vec = b.pos[b.edge_index[1]] - b.pos[b.edge_index[0]]
     masks = (torch.stack([nb.mask(*p) for p in nb.pairs]), torch.stack([eb.mask(*p) for p in eb.pairs]))
-    ridge.fit(b.x_node, b.x_edge, vec, b.edge_index, b.node_type, b.edge_type, b.h_node - b.x_node,
+    ridge.fit(b.x_node, b.x_edge, b.vectors(), b.edge_index, b.node_type, b.edge_type, b.h_node - b.x_node,
               b.h_edge - b.x_edge, masks, lam=float(settings.get("lam", 1e-6)))
     return ridge
 
@@ -34,24 +41,26 @@ def fit_ridge(dm: HamiltonianDataModule, settings: dict) -> TensorProductRidge:
 def normalisation_stats(dm: HamiltonianDataModule, use_h0: bool, ridge: TensorProductRidge | None = None) -> dict:
     """Per-type irreps statistics of the inputs (H0) and targets (ΔH, or H without H0) on the train split.
 
-    With a ridge base model the target statistics describe the residual ``ΔH − ridge``.
+    Over the atoms and the network edges (``net_edge``). With a ridge base model the target statistics
+    describe the residual ``ΔH − ridge``. The one place the normalisers' statistics are computed.
     """
-    b = collate(dm.datasets["train"])
+    b = train_batch(dm)
     yn, ye = (b.h_node - b.x_node, b.h_edge - b.x_edge) if use_h0 else (b.h_node, b.h_edge)
     if ridge is not None:
-        vec = b.pos[b.edge_index[1]] - b.pos[b.edge_index[0]]
-        bn, be = ridge(b.x_node, b.x_edge, vec, b.edge_index, b.node_type, b.edge_type)
+        with torch.no_grad():
+            bn, be = ridge(b.x_node, b.x_edge, b.vectors(), b.edge_index, b.node_type, b.edge_type)
         yn, ye = yn - bn, ye - be
+    sel = b.net_edge
     nb, eb = dm.node_basis, dm.edge_basis
     stat = IrrepsNormalizer.statistics
     return {"x_node": stat(b.x_node, b.node_type, nb.irreps, len(nb.pairs)),
-            "x_edge": stat(b.x_edge, b.edge_type, eb.irreps, len(eb.pairs)),
+            "x_edge": stat(b.x_edge[sel], b.edge_type[sel], eb.irreps, len(eb.pairs)),
             "y_node": stat(yn, b.node_type, nb.irreps, len(nb.pairs)),
-            "y_edge": stat(ye, b.edge_type, eb.irreps, len(eb.pairs))}
+            "y_edge": stat(ye[sel], b.edge_type[sel], eb.irreps, len(eb.pairs))}
 
 
 def build(cfg: dict, run_dir: Path | None = None) -> tuple[HamiltonianDataModule, HamiltonianModule]:
-    """Data module plus a module whose normalisation and orbital layout come from the train split."""
+    """Data module plus a module whose normalisation, ridge base and orbital layout come from the train split."""
     dm = datamodule(cfg, run_dir)
     network = dict(cfg["model"]["network"])
     use_h0 = bool(network.get("use_h0", True))

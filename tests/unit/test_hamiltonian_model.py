@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from sciml.hamiltonian.data.datamodule import bases, collate, structure_to_sample
-from sciml.hamiltonian.orbitals import OrbitalLayout, block_wigner
-from sciml.hamiltonian.structure import HamiltonianStructure
 from sciml.hamiltonian.module import HamiltonianModule
 from sciml.hamiltonian.nn import BlockBasis
+from sciml.hamiltonian.orbitals import OrbitalLayout, block_wigner
+from sciml.hamiltonian.structure import HamiltonianStructure
 from sciml.hamiltonian.task import fit_ridge, normalisation_stats
 from sciml.testing import random_orthogonal
 
@@ -52,7 +52,7 @@ def reference(rng):
 def build(samples, use_h0=True, ridge=False):
     torch.manual_seed(0)
     node_basis, edge_basis = bases(LAYOUT)
-    dm = SimpleNamespace(datasets={"train": samples}, node_basis=node_basis, edge_basis=edge_basis)
+    dm = SimpleNamespace(datasets={"train": samples}, node_basis=node_basis, edge_basis=edge_basis, collate_fn=collate)
     fitted = fit_ridge(dm, RIDGE) if ridge else None
     stats = normalisation_stats(dm, use_h0, fitted)
     module = HamiltonianModule(network=NET | {"use_h0": use_h0}, layout=LAYOUT.to_dict(), stats=stats,

@@ -1,8 +1,9 @@
-"""Periodic path: the closed-form model on crystal blocks is E(3)-equivariant and returns H_ij(R) = H_ji(−R)ᵀ.
+"""Periodic path: a crystal module before training (its ridge alone) is E(3)-equivariant, H_ij(R) = H_ji(−R)ᵀ.
 
-Synthetic 2-atom fcc crystals with random (but Hermitian-consistent) H0/H blocks; rotation by a random O(3)
-element maps positions, lattice and every block ``B → D_i B D_jᵀ`` (exact Wigner D, float64), so predictions
-must map the same way (tolerance 1e-9 relative).
+Synthetic 2-atom fcc crystals with random (but Hermitian-consistent) H0/H blocks, written as DeepH folders and
+read by the data module (``sciml.hamiltonian.task.build``); rotation by a random O(3) element maps positions,
+lattice and every block ``B → D_i B D_jᵀ`` (exact Wigner D, float64), so predictions must map the same way
+(tolerance 1e-9 relative). The fixtures here are shared with ``test_hamiltonian_crystal_net.py``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import itertools
 
 import numpy as np
 
-from sciml.hamiltonian.crystal import CRYSTAL_RIDGE, fit_crystal_ridge, predict_crystal
 from sciml.hamiltonian.orbitals import OrbitalLayout, block_wigner
 from sciml.hamiltonian.structure import HamiltonianStructure
 from sciml.testing import random_orthogonal
@@ -44,20 +44,56 @@ def rotate(s: HamiltonianStructure, q: np.ndarray) -> HamiltonianStructure:
     return HamiltonianStructure(s.numbers, s.positions @ q.T + 1.3, s.lattice @ q.T, blocks, dict(s.meta))
 
 
-def test_crystal_prediction_is_equivariant_and_hermitian():
+RIDGE = {"lmax": 2, "lam": 1e-6, "centres": [1.5, 2.5, 3.5, 4.5], "width": 1.2}
+NET = {"hidden": "8x0e+4x1o+4x1e+2x2e+2x2o", "lmax": 2, "n_layers": 1, "n_rbf": 8, "cutoff": 4.0,
+       "radial_hidden": 16, "use_h0": True, "dtype": "float64"}
+
+
+def crystal_config(root, structures, fractions=(0.5, 0.25, 0.25, 0.0), **model) -> dict:
+    """Write ``structures`` as DeepH folders under ``root/data`` and return a tiny crystal config for them."""
+    from sciml.hamiltonian.data.deeph import write_deeph
+
+    for k, s in enumerate(structures):
+        write_deeph(root / "data" / "Si" / f"{k:05d}", s, LAYOUT)
+    return {"task": "hamiltonian", "seed": 0, "run_dir": str(root / "run"),
+            "data": {"path": str(root / "data"), "split": {"fractions": list(fractions), "seed": 0},
+                     "batch_size": 8, "cutoff": 4.0, "n_virtual": 2},
+            "model": {"network": dict(NET), "ridge": dict(RIDGE), "loss": {"real": 1.0, "eig": 0.0}} | model,
+            "calibration": {"callback": False},
+            "trainer": {"max_epochs": 1, "accelerator": "cpu", "enable_progress_bar": False,
+                        "enable_model_summary": False, "log_every_n_steps": 1}}
+
+
+def predictor_of(module):
+    from sciml.hamiltonian.predict import HamiltonianPredictor
+
+    return HamiltonianPredictor(module.eval(), None, module.layout, "x", "pbe", None, True, {})
+
+
+def test_untrained_crystal_module_is_the_ridge_equivariant_and_hermitian(tmp_path):
+    import torch
+
+    from sciml.hamiltonian.bands import predict_crystal
+    from sciml.hamiltonian.task import build
+
     rng = np.random.default_rng(0)
-    train = [crystal(rng) for _ in range(3)]
-    ridge, nb, eb = fit_crystal_ridge(train, LAYOUT, {"lam": 1e-6})
+    torch.manual_seed(0)
+    dm, module = build(crystal_config(tmp_path, [crystal(rng) for _ in range(4)], (1.0, 0.0, 0.0, 0.0)))
+    assert dm.periodic and dm.split_sizes()["train"] == 4
     test = crystal(rng)
-    pred = predict_crystal(ridge, test, LAYOUT, nb, eb)
+    predictor = predictor_of(module)
+    pred = predict_crystal(test, predictor)
     scale = max(np.abs(b).max() for b in pred.blocks["H"].values())
     for (rx, ry, rz, i, j), block in pred.blocks["H"].items():
         assert np.allclose(block, pred.blocks["H"][(-rx, -ry, -rz, j, i)].T, atol=1e-12 * scale)
     assert any(np.abs(pred.blocks["H"][k] - test.blocks["H0"][k]).max() > 1e-3 * scale for k in pred.blocks["H"])
+    # the read-out starts at zero, so this is H0 + ridge: closer to H = 1.1 H0 than H0 is (measured 0.05 vs 0.2)
+    err = max(np.abs(pred.blocks["H"][k] - test.blocks["H"][k]).max() for k in pred.blocks["H"])
+    assert err < 0.5 * max(np.abs(test.blocks["H0"][k] - test.blocks["H"][k]).max() for k in pred.blocks["H"])
     for parity in (False, True):
         q = -random_orthogonal(rng, parity=False) if parity else random_orthogonal(rng, parity=False)
         d = block_wigner(LAYOUT, [14], q).numpy()
-        rotated = predict_crystal(ridge, rotate(test, q), LAYOUT, nb, eb)
+        rotated = predict_crystal(rotate(test, q), predictor)
         err = max(np.abs(rotated.blocks["H"][k] - d @ b @ d.T).max() for k, b in pred.blocks["H"].items())
         assert err <= 1e-9 * scale, f"parity={parity}: {err:.2e}"
 
@@ -69,44 +105,6 @@ def with_check_bands(s: HamiltonianStructure, kpts) -> HamiltonianStructure:
     out = HamiltonianStructure(s.numbers, s.positions, s.lattice, dict(s.blocks), dict(s.meta))
     out.meta |= {"check_kpts": kpts.tolist(), "check_bands": structure_bands(out, LAYOUT, kpts).tolist()}
     return out
-
-
-def test_leave_one_out_band_calibrator_round_trips(tmp_path):
-    """Scores are max-over-k band errors of refits without the structure; q_b is the ⌈(n+1)(1−α)⌉-th score."""
-    import torch
-
-    from sciml.hamiltonian.crystal_model import (
-        band_radius,
-        fit_band_calibrator,
-        load_crystal_model,
-        loo_band_scores,
-        save_crystal_model,
-    )
-    from sciml.hamiltonian.periodic import structure_bands
-
-    rng = np.random.default_rng(1)
-    kpts = rng.random((3, 3))
-    train = [with_check_bands(crystal(rng), kpts) for _ in range(3)]
-    scores, groups = loo_band_scores(train, LAYOUT, {"lam": 1e-3})
-    assert scores.shape == groups.shape == (3 * 8,)
-    ridge, nb, eb = fit_crystal_ridge(train[1:], LAYOUT, {"lam": 1e-3})  # structure 0 held out, by hand
-    b = structure_bands(predict_crystal(ridge, train[0], LAYOUT, nb, eb), LAYOUT, kpts)
-    assert np.allclose(scores[:8], np.abs(b - np.asarray(train[0].meta["check_bands"])).max(axis=0), atol=1e-12)
-    cal = fit_band_calibrator(train, LAYOUT, {"lam": 1e-3})
-    per_band = scores.reshape(3, 8).max(axis=0)  # n = 3, alpha = 0.25: k = ⌈4 · 0.75⌉ = 3, the largest score
-    assert np.allclose(band_radius(cal, 8, 0.25), per_band)
-    assert np.isinf(band_radius(cal, 8, 0.1)).all()  # k = ⌈4 · 0.9⌉ = 4 > n
-    save_crystal_model(tmp_path / "m", ridge, LAYOUT, CRYSTAL_RIDGE | {"lam": 1e-3}, {"n_structures": 3},
-                       {"basis": "x"}, cal)
-    model = load_crystal_model(tmp_path / "m")
-    assert np.allclose(band_radius(model.calibrator, 8, 0.25), per_band) and model.generator == {"basis": "x"}
-    assert all(torch.equal(v, model.ridge.state_dict()[k]) for k, v in ridge.state_dict().items())
-    try:
-        loo_band_scores(train[:1], LAYOUT)
-    except ValueError as err:
-        assert ">= 2 training crystals" in str(err)
-    else:
-        raise AssertionError("one structure must be refused")
 
 
 def test_read_deeph_tree_merges_layouts(tmp_path):
@@ -138,7 +136,7 @@ def test_kpath_lands_on_fcc_high_symmetry_points_for_rotated_cells():
     import pytest
 
     pytest.importorskip("pymatgen")
-    from sciml.hamiltonian.crystal_predict import kpath
+    from sciml.hamiltonian.periodic import kpath
 
     a = 5.431
     prim = a / 2 * (np.ones((3, 3)) - np.eye(3))

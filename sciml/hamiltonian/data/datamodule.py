@@ -11,7 +11,6 @@ Löwdin factor ``S^{-1/2}`` and the reference orbital energies (``n_occupied + n
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,11 +20,15 @@ from torch.utils.data import DataLoader
 
 from sciml.core.datamodule import SplitDataModule
 from sciml.core.splits import random_split, write_split
-from sciml.hamiltonian.orbitals import OrbitalLayout
+from sciml.hamiltonian.data.batch import HamiltonianBatch, collate, collate_crystals
 from sciml.hamiltonian.nn.blocks import BlockBasis
+from sciml.hamiltonian.orbitals import OrbitalLayout
 
 if TYPE_CHECKING:
     from sciml.hamiltonian.structure import HamiltonianStructure
+
+__all__ = ["HamiltonianBatch", "HamiltonianDataModule", "bases", "collate", "collate_crystals", "lowdin",
+           "orbital_energies", "structure_to_sample"]
 
 log = logging.getLogger(__name__)
 
@@ -48,46 +51,6 @@ def lowdin(s: np.ndarray) -> np.ndarray:
 def orbital_energies(h: np.ndarray, s_inv_half: np.ndarray, n: int) -> np.ndarray:
     """The ``n`` lowest eigenvalues of ``H C = S C ε`` (Hartree), via ``eigvalsh(S^{-1/2} H S^{-1/2})``."""
     return np.linalg.eigvalsh(s_inv_half @ h @ s_inv_half)[:n]
-
-
-@dataclass
-class HamiltonianBatch:
-    """One or more molecular graphs, concatenated (PyG-style), plus their dense matrices flattened.
-
-    Shapes: ``N`` atoms, ``E`` directed edges, ``G`` graphs, ``F = Σ_g n_ao_g²``, ``K = Σ_g n_eig_g``.
-    Irreps in Hartree, unnormalised; matrices in e3nn order, Hartree.
-    """
-
-    z: torch.Tensor  # (N,) int64 atomic numbers
-    pos: torch.Tensor  # (N, 3) float64, Å
-    batch: torch.Tensor  # (N,) int64 graph of each atom
-    node_type: torch.Tensor  # (N,) int64 index into the on-site basis pairs
-    ao_offset: torch.Tensor  # (N,) int64 first AO of the atom in its matrix
-    edge_index: torch.Tensor  # (2, E) int64 [i, j]: the edge's block is H_ij
-    edge_type: torch.Tensor  # (E,) int64 index into the off-site basis pairs
-    x_node: torch.Tensor  # (N, Dn) H0 on-site irreps
-    x_edge: torch.Tensor  # (E, De) H0 off-site irreps
-    h_node: torch.Tensor  # (N, Dn) H on-site irreps
-    h_edge: torch.Tensor  # (E, De) H off-site irreps
-    n_ao: torch.Tensor  # (G,) int64
-    mat_ptr: torch.Tensor  # (G + 1,) int64 offsets of each graph's flattened matrices
-    h: torch.Tensor  # (F,) float64 H
-    h0: torch.Tensor  # (F,) float64 H0
-    s: torch.Tensor  # (F,) float64 S
-    s_inv_half: torch.Tensor  # (F,) float64 S^{-1/2}
-    y: torch.Tensor  # (K,) float64 reference orbital energies (keys.TARGET), Hartree
-    n_eig: torch.Tensor  # (G,) int64 orbital energies per graph
-    n_occ: torch.Tensor  # (G,) int64 doubly occupied orbitals per graph
-
-    def to(self, device) -> HamiltonianBatch:
-        return HamiltonianBatch(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
-
-    def __getitem__(self, key: str) -> torch.Tensor:
-        return getattr(self, key)
-
-    @property
-    def num_graphs(self) -> int:
-        return len(self.n_ao)
 
 
 def structure_to_sample(s: HamiltonianStructure, layout: OrbitalLayout, node_basis: BlockBasis,
@@ -124,6 +87,8 @@ def structure_to_sample(s: HamiltonianStructure, layout: OrbitalLayout, node_bas
            "node_type": torch.tensor([node_basis.pair_index(v, v) for v in z]),
            "ao_offset": torch.from_numpy(off[:-1]).long(),
            "edge_index": torch.tensor(np.stack([ii, jj])).long().reshape(2, -1),
+           "shift": torch.zeros(len(edges), 3, dtype=torch.float64),
+           "net_edge": torch.ones(len(edges), dtype=torch.bool),
            "edge_type": torch.tensor([edge_basis.pair_index(z[a], z[b]) for a, b in edges], dtype=torch.long),
            "x_node": irreps(dense["H0"], nodes, node_basis), "x_edge": irreps(dense["H0"], edges, edge_basis),
            "h_node": irreps(h, nodes, node_basis), "h_edge": irreps(h, edges, edge_basis),
@@ -135,39 +100,26 @@ def structure_to_sample(s: HamiltonianStructure, layout: OrbitalLayout, node_bas
     return out
 
 
-_PER_NODE = ("z", "pos", "node_type", "ao_offset", "x_node", "h_node")
-_PER_EDGE = ("edge_type", "x_edge", "h_edge")
-_PER_GRAPH = ("n_ao", "h", "h0", "s", "s_inv_half", "y", "n_eig", "n_occ")
-
-
-def collate(samples: list[dict]) -> HamiltonianBatch:
-    """Concatenate samples; shift edge indices by the atoms before them and build ``batch``/``mat_ptr``."""
-    n_atoms = torch.tensor([len(s["z"]) for s in samples])
-    starts = torch.cumsum(n_atoms, 0) - n_atoms
-    out = {k: torch.cat([s[k] for s in samples]) for k in _PER_NODE + _PER_EDGE + _PER_GRAPH}
-    out["edge_index"] = torch.cat([s["edge_index"] + st for s, st in zip(samples, starts, strict=True)], dim=1)
-    out["batch"] = torch.repeat_interleave(torch.arange(len(samples)), n_atoms)
-    out["mat_ptr"] = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(out["n_ao"] ** 2, 0)])
-    return HamiltonianBatch(**out)
-
-
 class HamiltonianDataModule(SplitDataModule):
-    """Read an npz of conformers (``sciml.hamiltonian.data.npz.read_npz``), featurise and split it.
+    """Read molecules (an npz of conformers) or crystals (a folder of periodic DeepH folders), featurise, split.
 
     Parameters
     ----------
     path : str
-        npz file in the shared format (``../shared/data/hamiltonian/*.npz``).
+        npz file in the shared format (``../shared/data/hamiltonian/*.npz``: molecules), or a folder holding
+        periodic DeepH folders (``sciml data hamiltonian --crystal``: crystals, see
+        :mod:`sciml.hamiltonian.data.crystal`).
     split : dict
         ``fractions`` (train, val, calib, test) and ``seed``; written to ``<run_dir>/split.json``.
     batch_size, num_workers : int
-        Loader settings.
+        Loader settings (structures per batch).
     cutoff : float
-        Edge cutoff, Å.
+        Molecules: pairs within it (Å) are edges, the others keep H0. Crystals: blocks within it are network
+        edges, the closed-form ridge alone predicts the others.
     n_virtual : int
-        Virtual orbitals included in the orbital-energy target and loss.
+        Virtual orbitals (bands) included in the orbital-energy (band-energy) target and loss.
     limit : int or None
-        Use only the first ``limit`` conformers (tests).
+        Use only the first ``limit`` structures (tests).
     run_dir : str or None
         Where ``split.json`` goes.
 
@@ -181,36 +133,64 @@ class HamiltonianDataModule(SplitDataModule):
         self.path, self.batch_size, self.num_workers = path, batch_size, num_workers
         self.cutoff, self.n_virtual, self.limit, self.run_dir = cutoff, n_virtual, limit, run_dir
         self.fractions, self.seed = split.get("fractions", [0.7, 0.05, 0.1, 0.15]), int(split.get("seed", 0))
+        self.periodic = Path(path).is_dir()
         self.datasets: dict[str, list[dict]] = {}
+
+    def read(self) -> list[HamiltonianStructure]:
+        """The structures of ``path`` (first ``limit``); sets ``layout`` and ``meta`` (level of theory)."""
+        if not Path(self.path).exists():
+            raise FileNotFoundError(f"data.path {self.path}: no such file or folder (molecules: an npz from "
+                                    "`sciml data hamiltonian --molecule`; crystals: a folder from `--crystal`)")
+        if self.periodic:
+            from sciml.hamiltonian.data.crystal import read_crystals
+
+            structures, self.layout = read_crystals(self.path)
+        else:
+            from sciml.hamiltonian.data.npz import read_npz
+
+            structures, self.layout = read_npz(self.path)
+        structures = structures[: self.limit] if self.limit else structures
+        self.meta = {k: structures[0].meta.get(k) for k in ("basis", "xc")}
+        if self.periodic:
+            from sciml.hamiltonian.data.gen_crystal import generator_settings
+
+            self.meta |= {"periodic": True, "generator": generator_settings(structures)}
+        return structures
+
+    def sample(self, s: HamiltonianStructure, with_target: bool = True) -> dict:
+        """One featurised structure (molecule or crystal)."""
+        if self.periodic:
+            from sciml.hamiltonian.data.crystal import crystal_sample
+
+            return crystal_sample(s, self.layout, self.node_basis, self.edge_basis, self.cutoff, self.n_virtual,
+                                  with_target)
+        return structure_to_sample(s, self.layout, self.node_basis, self.edge_basis, self.cutoff, self.n_virtual,
+                                   with_target)
 
     def setup(self, stage: str | None = None) -> None:
         """Read, featurise and split the data (once)."""
         if self.datasets:
             return
-        from sciml.hamiltonian.data.npz import read_npz
-
-        structures, self.layout = read_npz(self.path)
-        if self.limit:
-            structures = structures[: self.limit]
-        self.meta = {k: structures[0].meta.get(k) for k in ("basis", "xc")}
+        structures = self.read()
         self.node_basis, self.edge_basis = bases(self.layout)
-        samples = [structure_to_sample(s, self.layout, self.node_basis, self.edge_basis, self.cutoff, self.n_virtual)
-                   for s in structures]
+        samples = [self.sample(s) for s in structures]
         split = random_split(len(samples), self.fractions, self.seed)
         self.split = {k: v.tolist() for k, v in split.items()}
         self.datasets = {name: [samples[i] for i in idx] for name, idx in split.items()}
+        self.structures = {name: [structures[i] for i in idx] for name, idx in split.items()}
         if self.run_dir:
-            ids = [f"{Path(self.path).name}:{s.meta.get('index', k)}" for k, s in enumerate(structures)]
+            ids = ([str(s.meta.get("source", k)) for k, s in enumerate(structures)] if self.periodic else
+                   [f"{Path(self.path).name}:{s.meta.get('index', k)}" for k, s in enumerate(structures)])
             write_split(Path(self.run_dir) / "split.json", ids, split, self.seed)
         log.info("split sizes: %s", self.split_sizes())
 
+    @property
+    def collate_fn(self):
+        return collate_crystals if self.periodic else collate
+
     def loader(self, name: str, shuffle: bool = False) -> DataLoader:
-        return DataLoader(self.datasets[name], batch_size=self.batch_size, shuffle=shuffle, collate_fn=collate,
+        return DataLoader(self.datasets[name], batch_size=self.batch_size, shuffle=shuffle, collate_fn=self.collate_fn,
                           num_workers=self.num_workers)
-
-
-
-
 
     def split_sizes(self) -> dict[str, int]:
         return {k: len(v) for k, v in self.datasets.items()}

@@ -22,11 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
+from sciml.core.io.atomic import atomic_directory
 from sciml.hamiltonian.data.io_harmonics import pyscf_to_e3nn_shell
 from sciml.hamiltonian.orbitals import OrbitalLayout
 from sciml.hamiltonian.structure import HamiltonianStructure
 from sciml.hamiltonian.units import HARTREE_EV
-from sciml.core.io.atomic import atomic_directory
 
 __all__ = ["H5_FILES", "HARTREE_EV", "read_deeph", "read_deeph_tree", "write_deeph"]
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
+from sciml.core.io.atomic import atomic_open
 from sciml.hamiltonian.orbitals import OrbitalLayout
 from sciml.hamiltonian.structure import HamiltonianStructure
-from sciml.core.io.atomic import atomic_open
 
 __all__ = ["ARRAYS", "default_ao_labels", "merge_npz", "read_npz", "write_arrays", "write_npz"]
 

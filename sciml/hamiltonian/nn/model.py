@@ -25,8 +25,8 @@ import torch
 from e3nn import o3
 from torch import nn
 
-from sciml.hamiltonian.nn.layers import Attention, EdgeConvolution, GatedLinear
 from sciml.core.radial import CosineCutoff, GaussianBasis
+from sciml.hamiltonian.nn.layers import Attention, EdgeConvolution, GatedLinear
 
 
 class InteractionLayer(nn.Module):

@@ -43,6 +43,11 @@ class IrrepsNormalizer(nn.Module):
         self.register_buffer("std", torch.as_tensor(std, dtype=torch.float64))
 
     @staticmethod
+    def identity(n_types: int, dim: int) -> tuple[list, list]:
+        """``(mean, std)`` placeholders (zeros, ones) of shape ``(n_types, dim)``; a state dict fills them."""
+        return torch.zeros(n_types, dim).tolist(), torch.ones(n_types, dim).tolist()
+
+    @staticmethod
     def statistics(x: torch.Tensor, types: torch.Tensor, irreps: o3.Irreps, n_types: int,
                    floor: float = 1e-9) -> tuple[list, list]:
         """``(mean, std)`` as nested lists from items ``x (n, dim)`` with types ``(n,)``."""
