@@ -10,17 +10,15 @@ import torch
 
 @dataclass
 class Prediction:
-    """A model prediction with an optional prediction set.
+    """A model's point prediction, with what a calibrator needs to turn it into a prediction set.
+
+    The set itself is the calibrator's output (``calibrator.predict_set(pred.mean, pred.sigma)``, a typed
+    :class:`sciml.uq.PredictionSet`), so a ``Prediction`` carries no bounds that could disagree with it.
 
     Attributes
     ----------
     mean : torch.Tensor
         Point prediction, shape ``(n,)`` or ``(n, d)``, in the target's unit.
-    lower, upper : torch.Tensor or None
-        Bounds of the conformal interval, same shape as ``mean`` (``±inf`` when the calibration set is too
-        small for the requested ``alpha``).
-    alpha : float or None
-        Miscoverage level of the interval (the interval covers with probability ``≥ 1 - alpha``).
     sigma : torch.Tensor or None
         Per-sample scale used by a normalised score, same shape as ``mean``.
     meta : dict
@@ -29,8 +27,5 @@ class Prediction:
     """
 
     mean: torch.Tensor
-    lower: torch.Tensor | None = None
-    upper: torch.Tensor | None = None
-    alpha: float | None = None
     sigma: torch.Tensor | None = None
     meta: dict[str, Any] = field(default_factory=dict)

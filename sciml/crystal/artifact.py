@@ -8,11 +8,11 @@ from pathlib import Path
 
 import torch
 
+from sciml.core.io.artifact import ArtifactError, load_artifact, restore_module
+from sciml.core.io.shipped import shipped_path
 from sciml.crystal.data.graphs import GraphSettings
-from sciml.core.io.artifact import ArtifactError, load_artifact
 from sciml.crystal.module import CrystalRegressor
 from sciml.uq.split import calibrator_from_dict
-from sciml.core.io.shipped import shipped_path
 
 DEFAULT_MODEL = shipped_path("checkpoints/perov5-heat-all")
 
@@ -66,11 +66,8 @@ def load_model(path: str | Path = DEFAULT_MODEL, graph: dict | GraphSettings | N
         Corrupted or incompatible artifact, a non-crystal artifact, or a graph-settings mismatch.
 
     """
-    art = load_artifact(path)
-    if art.config.get("task") != "crystal":
-        raise ArtifactError(f"{art.path}: task is {art.config.get('task')!r}, not a crystal model")
-    hparams = art.config["module"]
-    stored = GraphSettings.from_dict(hparams["graph"])
+    art = load_artifact(path, task="crystal")
+    stored = GraphSettings.from_dict(art.config["module"]["graph"])
     if GraphSettings.from_dict(art.metadata.get("graph", {})) != stored:
         raise ArtifactError(f"{art.path}: graph settings in config.yaml and metadata.json differ; re-export")
     if graph is not None:
@@ -78,12 +75,6 @@ def load_model(path: str | Path = DEFAULT_MODEL, graph: dict | GraphSettings | N
         if wanted != stored:
             raise ArtifactError(f"{art.path}: requested graph settings {wanted.to_dict()} differ from the ones the "
                                 f"model was trained with {stored.to_dict()}; drop the override or retrain")
-    module = CrystalRegressor(**hparams)
-    try:
-        module.load_state_dict(art.state_dict, strict=True)
-    except RuntimeError as err:
-        raise ArtifactError(f"{art.path / 'weights.safetensors'}: weights do not fit the network in config.yaml "
-                            f"({str(err).splitlines()[0]})") from None
-    module.eval()
+    module = restore_module(art, CrystalRegressor)
     calibrator = calibrator_from_dict(art.calibrator) if art.calibrator else None
     return CrystalPredictor(module, stored, calibrator, art.path)

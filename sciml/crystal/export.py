@@ -5,34 +5,34 @@ from __future__ import annotations
 from math import nan
 from pathlib import Path
 
-from sciml.crystal.data.datamodule import file_sha256
+from sciml.core.io import card
 from sciml.core.io.artifact import save_artifact
+from sciml.core.io.checksum import sha256_file
+from sciml.crystal.calibration import graph_structures
+from sciml.crystal.data.sources import labels_file
 from sciml.crystal.module import CrystalRegressor
 from sciml.crystal.task import datamodule
 from sciml.uq import coverage, mean_width
 from sciml.uq.callback import collect_predictions
-from sciml.crystal.calibration import graph_structures
 from sciml.uq.groups import build_calibrator, fit_calibrator, loader_structures, predict_interval
 
 
 def model_card(name: str, cfg: dict, metrics: dict, sizes: dict, alpha: float) -> str:
-    """Markdown model card: data, split, metrics, intended use, limits."""
+    """Markdown model card (:func:`sciml.core.io.card.model_card`) filled with the crystal sections."""
     t = cfg["module"]["target"]
-    lines = [f"# {name}", "", f"Crystal property model (`{cfg['module']['network']['name']}`) predicting "
-             f"`{t['name']}` in {t['unit'] or 'the dataset unit'} ({'extensive' if t['extensive'] else 'intensive'}).",
-             "", "## Data", f"- source: `{cfg['data']['path']}` (sha256 `{metrics['data_sha256'][:16]}…`)",
-             f"- seeded split {sizes} (seed {cfg['data'].get('split', {}).get('seed')})", "",
-             "## Metrics on the test split",
-             f"- MAE: {metrics['test_mae']:.4f} {t['unit']}",
-             f"- {100 * (1 - alpha):.0f}% conformal interval: coverage {metrics.get('test_coverage', nan):.3f}, "
-             f"mean width {metrics.get('test_width', nan):.4f} {t['unit']}", "",
-             "## Intended use and limits",
-             f"- Elements seen in training: {', '.join(cfg['module']['elements'])}. Other elements (Z <= 103) are "
-             "embedded from their descriptors only and flagged in the `note` column: extrapolation.",
-             "- Intervals are split-conformal: marginal coverage ≥ 1−α for structures exchangeable with the "
-             "training distribution; no guarantee under distribution shift (other structure families).",
-             f"- Graph settings are frozen: {cfg['module']['graph']}.", ""]
-    return "\n".join(lines)
+    summary = (f"Crystal property model (`{cfg['module']['network']['name']}`) predicting `{t['name']}` in "
+               f"{t['unit'] or 'the dataset unit'} ({'extensive' if t['extensive'] else 'intensive'}).")
+    data = [f"- source: `{cfg['data']['path']}` (sha256 `{metrics['data_sha256'][:16]}…`)",
+            f"- seeded split {sizes} (seed {cfg['data'].get('split', {}).get('seed')})"]
+    measured = [f"- MAE: {metrics['test_mae']:.4f} {t['unit']}",
+                f"- {100 * (1 - alpha):.0f}% conformal interval: coverage {metrics.get('test_coverage', nan):.3f}, "
+                f"mean width {metrics.get('test_width', nan):.4f} {t['unit']}"]
+    limits = [f"- Elements seen in training: {', '.join(cfg['module']['elements'])}. Other elements (Z <= 103) are "
+              "embedded from their descriptors only and flagged in the `note` column: extrapolation.",
+              "- Intervals are split-conformal: marginal coverage ≥ 1−α for structures exchangeable with the "
+              "training distribution; no guarantee under distribution shift (other structure families).",
+              f"- Graph settings are frozen: {cfg['module']['graph']}."]
+    return card.model_card(name, summary, data=data, metrics=measured, limits=limits)
 
 
 def export(ckpt: str | Path, state: dict, output: str | Path, cfg: dict, calibrate: bool = True,
@@ -42,13 +42,14 @@ def export(ckpt: str | Path, state: dict, output: str | Path, cfg: dict, calibra
     Returns the metrics measured on the test split (MAE, and coverage and width with ``calibrate``).
     """
     ckpt = Path(ckpt)
-    hparams = dict(state["hyper_parameters"])
-    module = CrystalRegressor(**hparams)
+    module = CrystalRegressor(**state["hyper_parameters"])
     module.load_state_dict(state["state_dict"], strict=True)
+    hparams = dict(module.hparams)  # as the module keeps them (retired network keys dropped)
     dm = datamodule(cfg, None)
     score = score or cfg.get("calibration", {}).get("score", "absolute")
     mean, sigma, y = collect_predictions(module, dm.test_dataloader())
-    metrics = {"test_mae": float((mean - y).abs().mean()), "data_sha256": file_sha256(cfg["data"]["path"])}
+    data_sha256 = sha256_file(labels_file(cfg["data"]["path"]))
+    metrics = {"test_mae": float((mean - y).abs().mean()), "data_sha256": data_sha256}
     calibrator = None
     if calibrate:
         cal = build_calibrator(cfg.get("calibration"), score, alpha)  # split, or mondrian with group_by

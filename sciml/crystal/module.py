@@ -8,12 +8,20 @@ from pymatgen.core import Element
 from torch import nn
 
 from sciml.core import keys
+from sciml.core.types import Prediction
 from sciml.crystal.calibration import graph_structures
 from sciml.crystal.data.graphs import GraphSettings
 from sciml.crystal.nn import NETWORKS
-from sciml.core.types import Prediction
 
 LOSSES = {"l1": nn.functional.l1_loss, "mse": nn.functional.mse_loss, "huber": nn.functional.huber_loss}
+# Network settings that no longer exist, with why. Artifacts and checkpoints written before carry them: they are
+# dropped here (weights are unaffected: the setting created no parameters); new configs should not name them.
+RETIRED_NETWORK_KEYS = {"heads": "PRDNet's graph attention is per channel; `heads` never changed the network"}
+
+
+def current_network(network: dict) -> dict:
+    """``network`` settings without :data:`RETIRED_NETWORK_KEYS` (for artifacts and checkpoints written before)."""
+    return {k: v for k, v in network.items() if k not in RETIRED_NETWORK_KEYS}
 
 
 class CrystalRegressor(L.LightningModule):
@@ -25,7 +33,8 @@ class CrystalRegressor(L.LightningModule):
     Parameters
     ----------
     network : dict
-        ``name`` (key of :data:`sciml.nn.NETWORKS`) and keyword arguments of that network.
+        ``name`` (key of :data:`sciml.crystal.nn.NETWORKS`) and keyword arguments of that network; retired keys
+        (:data:`RETIRED_NETWORK_KEYS`, e.g. ``heads``) are dropped, and left out of the saved hyperparameters.
     graph : dict
         Graph settings the data were built with (:class:`~sciml.crystal.data.graphs.GraphSettings`).
     target : dict
@@ -40,7 +49,8 @@ class CrystalRegressor(L.LightningModule):
     def __init__(self, network: dict, graph: dict, target: dict, elements: list[str],
                  optim: dict | None = None) -> None:
         super().__init__()
-        self.save_hyperparameters()
+        network = current_network(network)
+        self.save_hyperparameters()  # reads the arguments as they are now: without the retired keys
         self.graph = GraphSettings.from_dict(graph)
         kwargs = {k: v for k, v in network.items() if k != "name"}
         if network["name"] not in NETWORKS:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from sciml.core.io.artifact import ArtifactError, load_artifact, restore_module
+from sciml.core.io.shipped import shipped_path
 from sciml.perturbation.data.conditions import UnknownGeneError, format_condition, parse_condition
-from sciml.core.io.artifact import ArtifactError, load_artifact
 from sciml.perturbation.module import PerturbationFlow
 from sciml.perturbation.uncertainty import EffectBands
-from sciml.core.io.shipped import shipped_path
 
 DEFAULT_MODEL = shipped_path("checkpoints/grn-default")
 
@@ -82,15 +82,8 @@ def load_model(path: str | Path = DEFAULT_MODEL) -> PerturbationPredictor:
         Missing, corrupted or incompatible artifact, or an artifact of another task.
 
     """
-    art = load_artifact(path)
-    if art.config.get("task") != "perturbation":
-        raise ArtifactError(f"{art.path}: task is {art.config.get('task')!r}, not a perturbation model")
-    module = PerturbationFlow(**art.config["module"])
-    try:
-        module.load_state_dict(art.state_dict, strict=True)
-    except RuntimeError as err:
-        raise ArtifactError(f"{art.path}: weights do not match config.yaml ({str(err).splitlines()[0]})") from None
-    module.eval()
+    art = load_artifact(path, task="perturbation")
+    module = restore_module(art, PerturbationFlow)
     try:
         bands = EffectBands.from_dict(art.calibrator) if art.calibrator else None
     except (ValueError, KeyError, TypeError) as err:

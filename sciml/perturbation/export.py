@@ -4,39 +4,39 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sciml.core.io import card
 from sciml.core.io.artifact import save_artifact
-from sciml.perturbation.module import PerturbationFlow
 from sciml.perturbation.evaluate import band_metrics, effects, split_predictions
+from sciml.perturbation.module import PerturbationFlow
 from sciml.perturbation.uncertainty import EffectBands
 
 HEADLINE = ("pearson_delta", "pearson_delta_de", "mse", "mae", "energy", "mmd", "discrimination")
 
 
 def model_card(name: str, cfg: dict, data: dict, metrics: dict, alpha: float) -> str:
-    """Markdown model card: data, split, metrics, intended use, limits."""
+    """Markdown model card (:func:`sciml.core.io.card.model_card`) filled with the perturbation sections."""
     sizes = {k: len(v) for k, v in data["conditions"].items()}
-    lines = [f"# {name}", "", "Conditional flow-matching model (PAD-Transformer backbone) of single-cell perturbation "
-             f"response: generates perturbed cells from control cells for single and double gene perturbations "
-             f"over {len(cfg['module']['genes'])} genes (log1p expression). Mean prior of a double: "
-             f"{(cfg['module'].get('flow') or {}).get('prior', 'additive')} (`flow.prior`).", "", "## Data",
-             f"- source: `{cfg['data']['path']}` (sha256 `{data['data_sha256'][:16]}…`)",
-             f"- split `{data['split']['kind']}` (seed {data['split']['seed']}): conditions per split {sizes}", "",
-             "## Metrics on the test conditions (mean over conditions)"]
-    lines += [f"- {k}: {metrics[k]:.4f}" for k in HEADLINE if k in metrics]
+    summary = ("Conditional flow-matching model (PAD-Transformer backbone) of single-cell perturbation response: "
+               "generates perturbed cells from control cells for single and double gene perturbations over "
+               f"{len(cfg['module']['genes'])} genes (log1p expression). Mean prior of a double: "
+               f"{(cfg['module'].get('flow') or {}).get('prior', 'additive')} (`flow.prior`).")
+    sources = [f"- source: `{cfg['data']['path']}` (sha256 `{data['data_sha256'][:16]}…`)",
+               f"- split `{data['split']['kind']}` (seed {data['split']['seed']}): conditions per split {sizes}"]
+    measured = [f"- {k}: {metrics[k]:.4f}" for k in HEADLINE if k in metrics]
     if "coverage_simultaneous" in metrics:
         cover = metrics["coverage_simultaneous"]
-        lines += [f"- {100 * (1 - alpha):.0f}% simultaneous effect bands: coverage {cover:.3f} "
-                  f"(per gene {metrics['coverage_per_gene']:.3f}) over {metrics['n_test']} test conditions, "
-                  f"{metrics['n_calib']} calibration conditions, mean half-width {metrics['mean_half_width']:.4f}"]
-    lines += ["", "## Intended use and limits",
-              f"- Genes perturbed in training: {len(cfg['module'].get('perturbed_genes') or [])}; a measured gene "
+        measured += [f"- {100 * (1 - alpha):.0f}% simultaneous effect bands: coverage {cover:.3f} "
+                     f"(per gene {metrics['coverage_per_gene']:.3f}) over {metrics['n_test']} test conditions, "
+                     f"{metrics['n_calib']} calibration conditions, mean half-width {metrics['mean_half_width']:.4f}"]
+    limits = [f"- Genes perturbed in training: {len(cfg['module'].get('perturbed_genes') or [])}; a measured gene "
               "never perturbed in training is embedded through the gene graph only (flagged; extrapolation).",
               "- Bands are split-conformal over conditions: they cover the whole effect vector of a new condition "
-              "with probability ≥ 1−α when it is exchangeable with the calibration conditions (same split category, "
-              "same data distribution); no guarantee for other cell types or screens.",
+              "with probability ≥ 1−α when it is exchangeable with the calibration conditions (same split "
+              "category, same data distribution); no guarantee for other cell types or screens.",
               "- Input control cells must be log1p-normalised like the training data "
-              f"({data.get('expression', 'log1p')}).", ""]
-    return "\n".join(lines)
+              f"({data.get('expression', 'log1p')})."]
+    return card.model_card(name, summary, data=sources, metrics=measured, limits=limits,
+                           metrics_title="Metrics on the test conditions (mean over conditions)")
 
 
 def export(ckpt: str | Path, state: dict, output: str | Path, cfg: dict, calibrate: bool = True,

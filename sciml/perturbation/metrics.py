@@ -105,7 +105,8 @@ def evaluate(pred_by_condition: dict, dm, split: str = "test", seed: int = 0, k:
     k : int
         Number of top DE genes.
     truth : dict or None
-        :func:`sciml.perturbation.sim.simulate.read_ground_truth` output; adds ``interacting`` (‖ε‖ above the noise floor).
+        :func:`sciml.perturbation.sim.simulate.read_ground_truth` output; adds ``interacting`` (‖ε‖ above the noise
+        floor).
 
     Returns
     -------

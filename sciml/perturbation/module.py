@@ -2,7 +2,10 @@ r"""PerturbationFlow: Lightning task module of the single-cell perturbation flow
 
 Loss (scDFM): ``L = ‖v_θ(x_t, t | c) − u_t‖² + λ·MMD²(x̂_1, x_1)`` with the conditional path of
 :mod:`sciml.perturbation.nn.flow` and the one-step endpoint ``x̂_1 = x_t + (1 − t)·v_θ``; the MMD is computed
-per condition between the ``N`` endpoints and the ``N`` real perturbed cells and averaged. Sampling
+per condition between the ``N`` endpoints and the ``N`` real perturbed cells and averaged. It is the ``mmd``
+metric's function (:func:`sciml.perturbation.distances.mmd2`: kernel averaged over the scales, median bandwidth).
+Checkpoints and artifacts written before the loss and the metric were one function summed the four kernels,
+so their recorded ``mmd_weight`` λ equals ``λ/4`` of this definition (``checkpoints/grn-default``: 0.5 ≙ 2.0). Sampling
 integrates ``dx/dt = v_θ`` from the path's start (noise or control cells) with Euler or RK4.
 
 Batches follow the data-module contract: ``x_pert``, ``x_ctrl`` float32 ``(C, N, G)`` (log1p expression),
@@ -15,11 +18,12 @@ import lightning as L
 import torch
 from torch import Tensor
 
-from sciml.perturbation.nn import PATHS, PADTransformer, integrate, mmd2
-from sciml.perturbation.nn.combination import CombinationRule
 from sciml.core.types import Prediction
+from sciml.perturbation.distances import RBF_SCALES, mmd2
+from sciml.perturbation.nn import PATHS, PADTransformer, integrate
+from sciml.perturbation.nn.combination import CombinationRule
 
-FLOW_DEFAULTS = {"path": "control", "sigma": 0.1, "ot": True, "mmd_weight": 0.5, "mmd_scales": [0.5, 1.0, 2.0, 4.0],
+FLOW_DEFAULTS = {"path": "control", "sigma": 0.1, "ot": True, "mmd_weight": 2.0, "mmd_scales": list(RBF_SCALES),
                  "steps": 20, "method": "rk4", "val_steps": 4, "max_genes": None, "prior_dropout": 0.2,
                  "additive_skip": True, "prior": "additive", "combination_hidden": 32,
                  "remainder_mean": 1.0}

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -22,15 +24,26 @@ def test_main_job_on_shipped_examples(tmp_path, capsys):
                  "--output", str(out)]) == 0
     df = pd.read_csv(out, comment="#")
     assert len(df) == 6 and df["error"].isna().all()
-    assert (df["heat_all_lower"] < df["heat_all"]).all() and (df["heat_all"] < df["heat_all_upper"]).all()
     assert "SrTiO3" in capsys.readouterr().out
+    # the interval is pred ± q·σ: q the ⌈(n+1)(1−α)⌉-th smallest stored calibration score (normalised score),
+    # σ = n_atoms for an extensive target; computed here from calibrator.json, not through the calibrator code
+    cal = json.loads((DEFAULT_MODEL / "calibrator.json").read_text())
+    meta = json.loads((DEFAULT_MODEL / "metadata.json").read_text())
+    assert cal["score"] == "normalized" and meta["target"]["extensive"] and (df["alpha"] == 0.1).all()
+    scores = np.sort(cal["scores"])
+    q = scores[math.ceil((len(scores) + 1) * 0.9) - 1]
+    half = q * df["n_atoms"]
+    np.testing.assert_allclose(df["heat_all_upper"] - df["heat_all"], half, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(df["heat_all"] - df["heat_all_lower"], half, rtol=1e-6, atol=1e-9)
 
 
 def test_shipped_card_matches_metadata():
     meta = json.loads((DEFAULT_MODEL / "metadata.json").read_text())
     card = (DEFAULT_MODEL / "README.md").read_text()
     assert f"{meta['metrics']['test_mae']:.4f}" in card
-    assert load_model().graph.to_dict() == meta["graph"]
+    predictor = load_model()
+    assert predictor.graph.to_dict() == meta["graph"]
+    assert "heads" not in predictor.module.hparams["network"]  # a retired key of the stored config is dropped
 
 
 @pytest.mark.skipif(not ALIGNN.is_dir(), reason="../shared/data/materials/alignn_sample not present")

@@ -51,12 +51,12 @@ def live(net: PRDNet) -> PRDNet:
 
 
 NETWORKS = {
-    "prdnet": lambda: live(PRDNet(SETTINGS.cutoff, SETTINGS.g_max, dim=16, n_layers=2, heads=2, ffn=True,
+    "prdnet": lambda: live(PRDNet(SETTINGS.cutoff, SETTINGS.g_max, dim=16, n_layers=2, ffn=True,
                                   edge_update=True)),
-    "prdnet_plain_blocks": lambda: live(PRDNet(SETTINGS.cutoff, SETTINGS.g_max, dim=16, n_layers=2, heads=2)),
-    "prdnet_site_resolved": lambda: live(PRDNet(SETTINGS.cutoff, SETTINGS.g_max, dim=16, n_layers=2, heads=2,
+    "prdnet_plain_blocks": lambda: live(PRDNet(SETTINGS.cutoff, SETTINGS.g_max, dim=16, n_layers=2)),
+    "prdnet_site_resolved": lambda: live(PRDNet(SETTINGS.cutoff, SETTINGS.g_max, dim=16, n_layers=2,
                                                 site_resolved=True)),
-    "prdnet_no_diffraction": lambda: PRDNet(SETTINGS.cutoff, SETTINGS.g_max, dim=16, n_layers=2, heads=2,
+    "prdnet_no_diffraction": lambda: PRDNet(SETTINGS.cutoff, SETTINGS.g_max, dim=16, n_layers=2,
                                             diffraction=False),
     "cgcnn": lambda: CGCNN(SETTINGS.cutoff, dim=16, n_layers=2),
 }

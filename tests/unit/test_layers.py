@@ -1,4 +1,4 @@
-"""The import layers of ``.importlinter`` hold (cli -> families -> core, uq; families independent; nn without Lightning)."""
+"""The import layers of ``.importlinter`` hold: cli -> families -> core, uq; families apart; nn without Lightning."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Pure nn pieces of the perturbation flow model: attention, backbone, paths, MMD, ODE integrators."""
+"""Pure nn pieces of the perturbation flow model: attention, backbone, paths, OT pairing, MMD, ODE integrators."""
 
 from __future__ import annotations
 
@@ -7,6 +7,10 @@ import math
 import pytest
 import torch
 
+import numpy as np
+import torch.nn.functional as F
+
+from sciml.perturbation.distances import mmd2, mmd_rbf, ot_pairing
 from sciml.perturbation.nn import (
     ControlPath,
     DifferentialAttention,
@@ -14,8 +18,6 @@ from sciml.perturbation.nn import (
     PADTransformer,
     integrate,
     lambda_init,
-    mmd2,
-    ot_pairing,
 )
 from sciml.perturbation.nn.graph import adjacency_from_edges, propagate
 
@@ -30,26 +32,58 @@ def test_lambda_init_schedule():
     assert lambda_init(100) == pytest.approx(0.8, abs=1e-12)
 
 
-def test_differential_attention_is_difference_of_softmaxes():
+def _plain(att: DifferentialAttention) -> DifferentialAttention:
+    """``att`` with λ = 0: zero λ vectors give λ = λ_init, and λ_init = 0 (so no output scaling either)."""
+    with torch.no_grad():
+        for p in (att.lambda_q1, att.lambda_k1, att.lambda_q2, att.lambda_k2):
+            p.zero_()
+    att.lambda_init = 0.0
+    return att
+
+
+def _sdpa_reference(att, x, context, mask=None):
+    """Standard multi-head softmax attention on the first query/key half of each head (torch's SDPA)."""
+    (b, lq, dim), lk, h = x.shape, context.shape[1], att.heads
+    hd = dim // h
+    q = att.q(x).view(b, lq, h, 2, hd // 2)[:, :, :, 0].transpose(1, 2)
+    k = att.k(context).view(b, lk, h, 2, hd // 2)[:, :, :, 0].transpose(1, 2)
+    v = att.v(context).view(b, lk, h, hd).transpose(1, 2)
+    eye = torch.eye(lk, dtype=x.dtype).expand(b, h, lk, lk)
+    amap = F.scaled_dot_product_attention(q, k, eye, attn_mask=mask)
+    out = F.rms_norm(F.scaled_dot_product_attention(q, k, v, attn_mask=mask), (hd,))
+    return amap, att.out(out.transpose(1, 2).flatten(2))
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_differential_attention_with_zero_lambda_is_softmax_attention(masked):
+    att = _plain(DifferentialAttention(16, heads=2, depth=3).double())
+    x, ctx = torch.randn(3, 5, 16, dtype=torch.float64), torch.randn(3, 7, 16, dtype=torch.float64)
+    mask = (torch.rand(5, 7) < 0.6) | torch.eye(5, 7, dtype=torch.bool) if masked else None
+    assert float(att.lam().detach()) == 0.0
+    amap, out = _sdpa_reference(att, x, ctx, mask)
+    torch.testing.assert_close(att.attention_map(x, ctx, mask), amap, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(att(x, ctx, mask), out, rtol=1e-10, atol=1e-12)
+
+
+def test_differential_attention_rows_sum_to_one_minus_lambda_init():
+    """With zero λ vectors λ = λ_init(depth) exactly, and every row of A sums to 1 − λ (each softmax sums to 1)."""
+    for depth in (0, 2, 7):
+        att = DifferentialAttention(16, heads=4, depth=depth).double()
+        with torch.no_grad():
+            for p in (att.lambda_q1, att.lambda_k1, att.lambda_q2, att.lambda_k2):
+                p.zero_()
+        a = att.attention_map(torch.randn(2, 6, 16, dtype=torch.float64))
+        torch.testing.assert_close(a.sum(-1), torch.full((2, 4, 6), 0.6 * math.exp(-0.3 * depth) + 0.2,
+                                                         dtype=torch.float64))
+
+
+def test_differential_attention_is_permutation_equivariant():
     att = DifferentialAttention(16, heads=2, depth=1).double()
-    x = torch.randn(3, 5, 16, dtype=torch.float64)
-    hd = 8  # head dim; q/k halves of 4
-    q = att.q(x).view(3, 5, 2, 2, 4)
-    k = att.k(x).view(3, 5, 2, 2, 4)
-    lam = float(att.lam().detach())
-    assert lam == pytest.approx(math.exp(float((att.lambda_q1 @ att.lambda_k1).detach()))
-                                - math.exp(float((att.lambda_q2 @ att.lambda_k2).detach())) + lambda_init(1))
-    a = att.attention_map(x)
-    for h in range(2):
-        s1 = torch.softmax(q[:, :, h, 0] @ k[:, :, h, 0].transpose(1, 2) / 2.0, -1)
-        s2 = torch.softmax(q[:, :, h, 1] @ k[:, :, h, 1].transpose(1, 2) / 2.0, -1)
-        torch.testing.assert_close(a[:, h], s1 - lam * s2, rtol=1e-12, atol=1e-12)
-    # rows of A sum to 1 - λ
-    torch.testing.assert_close(a.sum(-1), torch.full_like(a.sum(-1), 1 - lam))
-    # full output: per-head RMSNorm of A V, scaled by (1 - λ_init), then out-projection
-    v = att.v(x).view(3, 5, 2, hd).transpose(1, 2)
-    heads = torch.nn.functional.rms_norm(a @ v, (hd,)) * (1 - lambda_init(1))
-    torch.testing.assert_close(att(x), att.out(heads.transpose(1, 2).flatten(2)))
+    x, ctx = torch.randn(2, 6, 16, dtype=torch.float64), torch.randn(2, 9, 16, dtype=torch.float64)
+    p, r = torch.randperm(6), torch.randperm(9)
+    torch.testing.assert_close(att(x[:, p]), att(x)[:, p])  # self-attention: tokens in, tokens out
+    torch.testing.assert_close(att(x[:, p], ctx[:, r]), att(x, ctx)[:, p])  # the context order does not matter
+    assert (att(x) - att(x, ctx)).abs().max() > 1e-3  # ... but the context does
 
 
 def test_differential_attention_mask_respected():
@@ -179,7 +213,40 @@ def test_mmd_nonnegative_and_zero_for_identical():
     assert (mmd2(x, y, unbiased=False) >= 0).all()
     same = mmd2(torch.randn(200, 3), torch.randn(200, 3))
     shifted = mmd2(torch.randn(200, 3), torch.randn(200, 3) + 1.0)
-    assert abs(float(same)) < 0.02 < float(shifted)
+    assert abs(float(same)) < 0.005 < float(shifted)
+
+
+def _mmd_by_loops(x, y, scales=(0.5, 1.0, 2.0, 4.0)):
+    """The documented rule written out: median over distinct pairs of x ∪ y, kernel mean over scales, U-statistic."""
+    z = np.concatenate([x, y])
+    med = np.median([((z[i] - z[j]) ** 2).sum() for i in range(len(z)) for j in range(i + 1, len(z))])
+
+    def k(a, b):
+        return np.mean([np.exp(-((a - b) ** 2).sum() / (s * med)) for s in scales])
+
+    n, m = len(x), len(y)
+    kxx = sum(k(x[i], x[j]) for i in range(n) for j in range(n) if i != j) / (n * (n - 1))
+    kyy = sum(k(y[i], y[j]) for i in range(m) for j in range(m) if i != j) / (m * (m - 1))
+    return kxx + kyy - 2 * sum(k(a, b) for a in x for b in y) / (n * m)
+
+
+@pytest.mark.parametrize(("n", "m"), [(5, 7), (6, 6), (4, 9)])  # odd and even numbers of pairs
+def test_mmd_loss_and_metric_are_the_documented_rule(n, m):
+    rng = np.random.default_rng(n * m)
+    x, y = rng.normal(size=(n, 3)), rng.normal(0.5, 1.5, size=(m, 3))
+    expected = _mmd_by_loops(x, y)
+    assert mmd_rbf(x, y) == pytest.approx(expected, rel=1e-10, abs=1e-14)  # the metric
+    loss = mmd2(torch.tensor(x)[None].expand(2, n, 3), torch.tensor(y)[None].expand(2, m, 3))  # the loss, batched
+    torch.testing.assert_close(loss, torch.full((2,), expected, dtype=torch.float64), rtol=1e-10, atol=1e-14)
+
+
+def test_mmd_bandwidth_is_detached_and_degenerate_samples_are_finite():
+    x = torch.randn(6, 2, dtype=torch.float64, requires_grad=True)
+    y = torch.randn(5, 2, dtype=torch.float64)
+    mmd2(x, y).backward()
+    assert torch.isfinite(x.grad).all() and x.grad.abs().max() > 0
+    same = torch.zeros(4, 2)  # all pairs coincide: median 0 → bandwidth 1, MMD 0
+    assert float(mmd2(same, same)) == 0.0
 
 
 @pytest.mark.parametrize(("method", "order"), [("euler", 1), ("rk4", 4)])

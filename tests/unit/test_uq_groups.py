@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
+from sciml.crystal.calibration import CRYSTAL_SYSTEMS, graph_structures
 from sciml.testing.fixtures import perovskite
 from sciml.uq import MondrianConformal, SplitConformal, calibrator_from_dict
-from sciml.crystal.calibration import CRYSTAL_SYSTEMS, graph_structures
 from sciml.uq.groups import build_calibrator, fit_calibrator, predict_interval, structure_groups
 
 
@@ -74,13 +74,18 @@ def test_conformal_callback_mondrian_from_config(tmp_path) -> None:
     from torch_geometric.loader import DataLoader
 
     from sciml.core import keys
-    from sciml.crystal.data.graphs import GraphSettings, structure_to_graph
     from sciml.core.types import Prediction
+    from sciml.crystal.calibration import graph_structures
+    from sciml.crystal.data.graphs import GraphSettings, structure_to_graph
     from sciml.uq.callback import ConformalCallback
 
     class Zero(L.LightningModule):
         def predict_step(self, batch, batch_idx=0):
             return Prediction(mean=torch.zeros(batch.num_graphs))
+
+    class GroupedZero(Zero):
+        def batch_items(self, batch):  # the crystal family's items: one structure per graph
+            return graph_structures(batch)
 
     graphs = []
     for i, s in enumerate([perovskite("Sr", "Ti"), perovskite("K", "Mg", "F")] * 15):
@@ -91,7 +96,9 @@ def test_conformal_callback_mondrian_from_config(tmp_path) -> None:
     trainer = SimpleNamespace(checkpoint_callback=None, datamodule=SimpleNamespace(calib_dataloader=lambda: loader),
                               world_size=1, global_rank=0, is_global_zero=True)
     cb = ConformalCallback(str(tmp_path), "absolute", 0.2, {"method": "mondrian", "group_by": "anion"})
-    cb.on_fit_end(trainer, Zero())
+    with pytest.raises(ValueError, match="has no batch_items"):  # uq knows no structures: the module says
+        cb.on_fit_end(trainer, Zero())
+    cb.on_fit_end(trainer, GroupedZero())
     saved = json.loads((tmp_path / "calibrator.json").read_text())
     assert saved["method"] == "mondrian" and saved["group_by"] == "anion" and saved["groups"] == [8, 9]
     q = cb.calibrator.threshold()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import platform
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,14 +75,21 @@ def _read_json(path: Path):
         raise ArtifactError(f"{path}: {reason}; re-export the model") from None
 
 
-def load_artifact(path: str | Path) -> Artifact:
+def load_artifact(path: str | Path, task: str | None = None) -> Artifact:
     """Read and verify an artifact folder.
+
+    Parameters
+    ----------
+    path : str or Path
+        Artifact folder.
+    task : str, optional
+        The family the caller expects (``config.yaml``'s ``task``: ``crystal``, ``hamiltonian``...).
 
     Raises
     ------
     ArtifactError
         Missing folder or file, corrupted/truncated weights (checksum or safetensors header), an
-        unsupported ``format_version``, or unreadable JSON/YAML.
+        unsupported ``format_version``, unreadable JSON/YAML, or an artifact of another task.
 
     """
     from safetensors import SafetensorError
@@ -110,4 +118,35 @@ def load_artifact(path: str | Path) -> Artifact:
         raise ArtifactError(f"{path}: cannot read weights/config ({str(err).splitlines()[0]})") from None
     if not isinstance(config, dict):
         raise ArtifactError(f"{path / 'config.yaml'}: expected a mapping")
+    if task is not None and config.get("task") != task:
+        raise ArtifactError(f"{path}: task is {config.get('task')!r}, not a {task} model; pass a {task} artifact")
     return Artifact(path, config, metadata, state_dict, _read_json(path / "calibrator.json"))
+
+
+def restore_module(art: Artifact, build: Callable[..., torch.nn.Module]) -> torch.nn.Module:
+    """``build(**art.config["module"])`` with the artifact's weights loaded strictly, in eval mode.
+
+    Parameters
+    ----------
+    art : Artifact
+        A verified artifact (:func:`load_artifact`).
+    build : callable
+        The family's module class (or a function returning one) taking the ``module`` settings as keywords.
+
+    Raises
+    ------
+    ArtifactError
+        No ``module`` settings, or weights that do not fit the network they describe (missing, unexpected or
+        reshaped tensors).
+
+    """
+    settings = art.config.get("module")
+    if not isinstance(settings, dict):
+        raise ArtifactError(f"{art.path / 'config.yaml'}: no 'module' mapping (the network settings); re-export")
+    module = build(**settings)
+    try:
+        module.load_state_dict(art.state_dict, strict=True)
+    except RuntimeError as err:
+        raise ArtifactError(f"{art.path / 'weights.safetensors'}: weights do not fit the network in config.yaml "
+                            f"({str(err).splitlines()[0]})") from None
+    return module.eval()

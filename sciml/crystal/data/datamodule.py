@@ -12,19 +12,11 @@ from torch_geometric.loader import DataLoader
 from tqdm.auto import tqdm
 
 from sciml.core.datamodule import SplitDataModule
+from sciml.core.splits import SPLIT_NAMES, random_split, write_split
 from sciml.crystal.data.graphs import GraphSettings, structure_to_graph
 from sciml.crystal.data.sources import read_labelled
-from sciml.core.splits import SPLIT_NAMES, random_split, write_split
-from sciml.core.io.checksum import sha256_file
 
 log = logging.getLogger(__name__)
-
-
-def file_sha256(path: str | Path) -> str:
-    """Hex SHA-256 of a file, or of ``id_prop.csv`` for a folder (the data hash stored in artifacts)."""
-    path = Path(path)
-    target = path / "id_prop.csv" if path.is_dir() else path
-    return sha256_file(target)
 
 
 class CrystalDataModule(SplitDataModule):

@@ -153,6 +153,15 @@ def _format_id(ident: Any, row: int) -> str:
     return str(ident).strip()
 
 
+def labels_file(path: str | Path) -> Path:
+    """The file holding a labelled dataset's targets: the CSV itself, or a folder's ``id_prop.csv``.
+
+    Its SHA-256 (:func:`sciml.core.io.checksum.sha256_file`) is the data hash stored in artifacts.
+    """
+    path = Path(path)
+    return path / ID_PROP if path.is_dir() else path
+
+
 def read_labelled(path: str | Path, target: str | None = None) -> pd.DataFrame:
     """Read a labelled training set into a table with columns ``id, structure, y``.
 
@@ -176,9 +185,13 @@ def read_labelled(path: str | Path, target: str | None = None) -> pd.DataFrame:
         When any structure cannot be read; the source names the file or ``"{csv}:{id}"`` row.
     ValueError
         When the target is missing or not a finite number.
+    FileNotFoundError
+        When ``path`` does not exist.
 
     """
     path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file or folder")
     if path.is_dir() and (path / ID_PROP).is_file():
         rows = []
         for name, file, rest in _id_prop_rows(path):

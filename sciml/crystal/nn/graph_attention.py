@@ -29,14 +29,12 @@ class GraphAttentionBlock(nn.Module):
         Atom feature width.
     edge_dim : int
         Edge feature width.
-    heads : int
-        Kept for configuration compatibility; the attention is per channel.
     ffn, edge_update : bool
         Add the feed-forward sublayer and the edge update (both on in the perov5 configuration).
 
     """
 
-    def __init__(self, dim: int, edge_dim: int, heads: int = 1, ffn: bool = False, edge_update: bool = False) -> None:
+    def __init__(self, dim: int, edge_dim: int, ffn: bool = False, edge_update: bool = False) -> None:
         super().__init__()
         self.query, self.key = nn.Linear(dim, dim), nn.Linear(dim, dim)
         self.edge_key = nn.Linear(edge_dim, dim)

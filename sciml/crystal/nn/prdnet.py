@@ -27,8 +27,8 @@ class PRDNet(nn.Module):
         Neighbour cutoff, Å (the graph setting the data was built with).
     g_max : float
         Largest reflection |G|, Å⁻¹ (graph setting).
-    dim, n_layers, heads, n_rbf : int
-        Width, depth, attention heads and radial basis size of the graph part.
+    dim, n_layers, n_rbf : int
+        Width, depth and radial basis size of the graph part (the attention is per channel, no heads).
     n_bins, n_gauss : int
         Diffraction bins over |G| and Gaussians per scattering factor.
     diffraction : bool
@@ -45,14 +45,14 @@ class PRDNet(nn.Module):
 
     """
 
-    def __init__(self, cutoff: float, g_max: float, dim: int = 64, n_layers: int = 3, heads: int = 4,
+    def __init__(self, cutoff: float, g_max: float, dim: int = 64, n_layers: int = 3,
                  n_rbf: int = 40, n_bins: int = 32, n_gauss: int = 4, diffraction: bool = True,
                  dropout: float = 0.0, ffn: bool = False, edge_update: bool = False,
                  site_resolved: bool = False) -> None:
         super().__init__()
         self.encoder = AtomGraphEncoder(dim, dim, cutoff, n_rbf)
         # the last block's edge update would feed nothing (and leave DDP with unused parameters)
-        self.layers = nn.ModuleList(GraphAttentionBlock(dim, dim, heads, ffn, edge_update and k < n_layers - 1)
+        self.layers = nn.ModuleList(GraphAttentionBlock(dim, dim, ffn, edge_update and k < n_layers - 1)
                                     for k in range(n_layers))
         self.diffraction = DiffractionBranch(dim, g_max, n_bins, n_gauss, site_resolved) if diffraction else None
         width = 2 * dim if diffraction else dim

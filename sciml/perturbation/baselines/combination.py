@@ -1,8 +1,9 @@
 """Learned-combination baseline: a per-gene rule Δ_ab,g = f(Δ_a,g, Δ_b,g, μ_0,g) fitted on the training doubles.
 
-A stronger bar than :class:`~sciml.perturbation.baselines.simple.Additive` when doubles interact through saturation or masking
-(the simulator's AND terms): one gradient-boosted regressor (scikit-learn ``HistGradientBoostingRegressor``) shared by
-all genes, on the features (Δ_a, Δ_b, μ_0, Δ_a + Δ_b, min, max) of each gene, target the gene's measured Δ_ab.
+A stronger bar than :class:`~sciml.perturbation.baselines.simple.Additive` when doubles interact through saturation or
+masking (the simulator's AND terms): one gradient-boosted regressor (scikit-learn
+``HistGradientBoostingRegressor``) shared by all genes, on the features (Δ_a, Δ_b, μ_0, Δ_a + Δ_b, min, max) of
+each gene, target the gene's measured Δ_ab.
 Singles, doubles with an unseen single, and data without training doubles fall back to the additive prediction.
 """
 

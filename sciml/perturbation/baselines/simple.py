@@ -29,7 +29,7 @@ class Baseline:
     name = "baseline"
 
     def fit(self, dm) -> Baseline:
-        """Read the training conditions of a set-up :class:`~sciml.perturbation.data.datamodule.PerturbationDataModule`."""
+        """Read the training conditions of a set-up data module (``PerturbationDataModule``)."""
         self.dm = dm
         self.ctrl_mean = {}
         self.train_delta = {c: dm.cells(c).mean(axis=0) - self._ctrl(c) for c in dm.conditions["train"]}
@@ -123,8 +123,8 @@ class Linear(Baseline):
 
 
 BASELINES = {cls.name: cls for cls in (NoChange, TrainMean, Additive, Linear)}  # closed-form, fast
-TRAINED = {"perturbed_vae": "sciml.perturbation.baselines.perturbed_vae:PerturbedVAE",  # gradient descent (tens of seconds)
-           "combination": "sciml.perturbation.baselines.combination:LearnedCombination"}  # boosted per-gene rule (seconds)
+TRAINED = {"perturbed_vae": "sciml.perturbation.baselines.perturbed_vae:PerturbedVAE",  # gradient descent (~10 s)
+           "combination": "sciml.perturbation.baselines.combination:LearnedCombination"}  # boosted per-gene rule (~1 s)
 
 
 def get_baseline(name: str, **kwargs) -> Baseline:

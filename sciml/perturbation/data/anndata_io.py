@@ -95,6 +95,16 @@ def check_gene_order(var_names: Sequence[str], genes: Sequence[str], source: str
                         f"reorder with adata = adata[:, genes] (genes from the model metadata)")
 
 
+def log_normalise(counts: np.ndarray, target_sum: float = TARGET_SUM) -> np.ndarray:
+    """``log1p(c / Σc · target_sum)`` per cell, float32 ``(cells, genes)`` (Σ over the row; an all-zero row stays 0).
+
+    The one library-size normalisation of the package: count layers at read time and the simulator's
+    counts and noise-free levels (:mod:`sciml.perturbation.sim.simulate`).
+    """
+    lib = np.maximum(counts.sum(axis=-1, keepdims=True), 1e-12)
+    return np.log1p(counts / lib * target_sum).astype(np.float32)
+
+
 def log_expression(adata, source: str, counts_layer: str | None = None,
                    target_sum: float = TARGET_SUM) -> np.ndarray:
     """Expression in log1p space, float32 (cells, genes).
@@ -110,8 +120,7 @@ def log_expression(adata, source: str, counts_layer: str | None = None,
         check_finite(counts, source, f"layers[{counts_layer!r}]")
         if (counts < 0).any():
             raise DataError(f"{source}: layers[{counts_layer!r}] has negative counts; give raw counts")
-        lib = counts.sum(axis=1, keepdims=True)
-        return np.log1p(counts / np.maximum(lib, 1.0) * target_sum).astype(np.float32)
+        return log_normalise(counts, target_sum)
     x = dense(adata.X)
     check_finite(x, source, "X")
     if (x < 0).any():

@@ -67,11 +67,6 @@ def canonical_label(label: str, control_label: str = CTRL) -> str:
     return format_condition(parse_condition(label, control_label))
 
 
-def condition_genes(labels: Iterable[str], control_label: str = CTRL) -> list[str]:
-    """Sorted set of all genes perturbed in ``labels``."""
-    return sorted({g for lab in labels for g in parse_condition(lab, control_label)})
-
-
 def check_genes(genes: Iterable[str], vocabulary: Iterable[str], where: str = "condition") -> None:
     """Raise :class:`UnknownGeneError` naming every gene of ``genes`` that ``vocabulary`` lacks."""
     vocab = set(vocabulary)

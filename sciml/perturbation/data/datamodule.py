@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, RandomSampler
 
+from sciml.core.datamodule import SplitDataModule
 from sciml.perturbation.data.anndata_io import DataError, select_hvg
 from sciml.perturbation.data.batches import ConditionDataset, collate
 from sciml.perturbation.data.conditions import UnknownGeneError, canonical_label, gene_indices, parse_condition
@@ -30,7 +31,6 @@ from sciml.perturbation.data.graph import coexpression_knn, read_edge_list
 from sciml.perturbation.data.pairing import PAIRINGS
 from sciml.perturbation.data.splits import SPLIT_NAMES, make_split, write_split
 from sciml.perturbation.data.table import CellTable, load_table, make_key, split_key
-from sciml.core.datamodule import SplitDataModule
 
 log = logging.getLogger(__name__)
 

@@ -8,6 +8,9 @@ so that ``x_ctrl[i]`` is the control cell transported to ``x_pert[i]`` (Tong et 
 from __future__ import annotations
 
 import numpy as np
+import torch
+
+from sciml.perturbation.distances import ot_pairing
 
 PAIRINGS = ("random", "ot")
 
@@ -18,7 +21,9 @@ def draw(n_available: int, n: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def ot_order(x_ctrl: np.ndarray, x_pert: np.ndarray) -> np.ndarray:
-    """Permutation ``p`` such that ``x_ctrl[p[i]]`` is paired with ``x_pert[i]`` by exact OT (POT ``ot.emd``).
+    """Permutation ``p`` such that ``x_ctrl[p[i]]`` is paired with ``x_pert[i]`` by exact OT.
+
+    The same solver as the training path (:func:`sciml.perturbation.distances.ot_pairing`), in float64.
 
     Parameters
     ----------
@@ -28,12 +33,8 @@ def ot_order(x_ctrl: np.ndarray, x_pert: np.ndarray) -> np.ndarray:
         Perturbed cells (same N).
 
     """
-    import ot
-
-    cost = ot.dist(x_pert.astype(np.float64), x_ctrl.astype(np.float64))  # squared Euclidean (N, N)
-    n = len(x_pert)
-    plan = ot.emd(np.full(n, 1.0 / n), np.full(n, 1.0 / n), cost)
-    return np.argmax(plan, axis=1)
+    x0, x1 = (torch.as_tensor(np.asarray(a, dtype=np.float64))[None] for a in (x_ctrl, x_pert))
+    return ot_pairing(x0, x1)[0].numpy()
 
 
 def pair(x_ctrl: np.ndarray, x_pert: np.ndarray, method: str) -> np.ndarray:

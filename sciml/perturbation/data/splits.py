@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sciml.core.splits import SPLIT_NAMES
 from sciml.core.io.atomic import atomic_write_text
+from sciml.core.splits import SPLIT_NAMES
 
 HELDOUT = ("val", "calib", "test")
 KINDS = ("unseen_single", "combo_seen0", "combo_seen1", "combo_seen2", "additive", "by_cell_type")

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
+from sciml.core.io.checksum import sha256_file
 from sciml.perturbation.data.anndata_io import DataError, check_conditions, check_gene_order, log_expression, read_h5ad
 from sciml.perturbation.data.conditions import MAX_GENES, canonical_label, parse_condition
-from sciml.core.io.checksum import sha256_file
 
 CELL_TYPE_SEP = "@"
 

@@ -2,9 +2,9 @@
 
 from sciml.perturbation.nn.attention import DifferentialAttention, lambda_init
 from sciml.perturbation.nn.backbone import PADBlock, PADTransformer
-from sciml.perturbation.nn.flow import PATHS, ControlPath, FlowPath, NoisePath, mmd2, ot_pairing
+from sciml.perturbation.nn.flow import PATHS, ControlPath, FlowPath, NoisePath
 from sciml.perturbation.nn.graph import adjacency_from_edges, propagate
 from sciml.perturbation.nn.ode import integrate
 
 __all__ = ["PATHS", "ControlPath", "DifferentialAttention", "FlowPath", "NoisePath", "PADBlock", "PADTransformer",
-           "adjacency_from_edges", "integrate", "lambda_init", "mmd2", "ot_pairing", "propagate"]
+           "adjacency_from_edges", "integrate", "lambda_init", "propagate"]

@@ -3,8 +3,8 @@ r"""Per-gene combination rule for double perturbations: a small MLP shared by al
 ``Δ̂_ab,g = Δ_a,g + Δ_b,g + f_φ(Δ_a,g + Δ_b,g, min, max, Δ_a,g·Δ_b,g, μ_0,g)`` with standardised, symmetric
 features (the order of the two genes does not matter), fitted on the training doubles by full-batch Adam on the
 squared error. The untrained rule (``f_φ ≡ 0`` at the zero-initialised last layer) is the additive model. It is
-the torch counterpart of :class:`sciml.perturbation.baselines.combination.LearnedCombination` (a boosted per-gene rule on the same
-features), kept as parameters/buffers so it is saved in safetensors with the flow model.
+the torch counterpart of :class:`sciml.perturbation.baselines.combination.LearnedCombination` (a boosted per-gene
+rule on the same features), kept as parameters/buffers so it is saved in safetensors with the flow model.
 """
 
 from __future__ import annotations

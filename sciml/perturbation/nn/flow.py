@@ -1,4 +1,4 @@
-r"""Conditional flow-matching paths and the multi-RBF MMD loss (Lipman et al. 2023; Tong et al. 2024).
+r"""Conditional flow-matching paths (Lipman et al. 2023; Tong et al. 2024).
 
 Affine path between a source ``x_0`` and a perturbed cell ``x_1``:
 ``x_t = (1 − t)·x_0 + t·x_1``, target velocity ``u_t = x_1 − x_0``, ``t ~ U(0, 1)``. The variants differ in the
@@ -8,15 +8,16 @@ source only (template method, as torchcfm's ``ConditionalFlowMatcher``):
 * :class:`ControlPath`: ``x_0`` = control cells, re-paired to the perturbed cells by exact minibatch optimal
   transport on squared Euclidean cost within each condition (Tong et al. 2024, OT-CFM), plus ``σ``-noise.
 
-The one-step endpoint ``x̂_1 = x_t + (1 − t)·v_θ(x_t, t)`` enters the MMD term of scDFM.
+The one-step endpoint ``x̂_1 = x_t + (1 − t)·v_θ(x_t, t)`` enters the MMD term of scDFM
+(:func:`sciml.perturbation.distances.mmd2`, the same function as the ``mmd`` metric).
 """
 
 from __future__ import annotations
 
-import numpy as np
 import torch
-from scipy.optimize import linear_sum_assignment
 from torch import Tensor
+
+from sciml.perturbation.distances import ot_pairing
 
 
 class FlowPath:
@@ -72,13 +73,6 @@ class NoisePath(FlowPath):
         return self.sigma * _randn_like(x_ctrl, generator)
 
 
-def ot_pairing(x0: Tensor, x1: Tensor) -> Tensor:
-    """Permutation ``π`` ``(C, N)`` minimising ``Σ_i ‖x0[c, π_i] − x1[c, i]‖²`` per condition (exact assignment)."""
-    cost = squared_distances(x1, x0).detach().cpu().numpy()  # (C, N1, N0)
-    perms = [linear_sum_assignment(c)[1] for c in cost]
-    return torch.as_tensor(np.stack(perms), device=x0.device)
-
-
 class ControlPath(FlowPath):
     """Control cells → perturbed cells with minibatch-OT pairing (``ot=False``: independent pairing)."""
 
@@ -99,46 +93,3 @@ class ControlPath(FlowPath):
 
 
 PATHS = {"noise": NoisePath, "control": ControlPath}
-
-
-def squared_distances(x: Tensor, y: Tensor) -> Tensor:
-    """``‖x_i − y_j‖²`` ``(..., n, m)`` for ``x`` ``(..., n, d)``, ``y`` ``(..., m, d)`` (clamped at 0)."""
-    d2 = (x * x).sum(-1)[..., :, None] + (y * y).sum(-1)[..., None, :] - 2 * x @ y.transpose(-1, -2)
-    return d2.clamp_min(0)
-
-
-def mmd2(x: Tensor, y: Tensor, scales: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0), unbiased: bool = True) -> Tensor:
-    r"""Squared MMD with a mixture of RBF kernels (Gretton et al. 2012), batched over leading dims.
-
-    ``k(a, b) = Σ_s exp(−‖a − b‖² / (s·m))`` with ``m`` the median squared distance of the pooled sample
-    (detached). ``unbiased=True`` drops the diagonal terms (U-statistic; can be slightly negative, zero in
-    expectation when ``x, y`` share a law); ``unbiased=False`` is the V-statistic, ``≥ 0`` always.
-
-    Parameters
-    ----------
-    x, y : Tensor
-        ``(..., n, d)`` and ``(..., m, d)``, ``n, m ≥ 2``.
-    scales : tuple of float
-        Bandwidth multipliers ``s`` of the median heuristic (scDFM: 0.5, 1, 2, 4).
-    unbiased : bool
-        U-statistic (``True``) or V-statistic.
-
-    Returns
-    -------
-    Tensor
-        ``(...)``.
-
-    """
-    n, m = x.shape[-2], y.shape[-2]
-    z = torch.cat([x, y], -2)
-    d2 = squared_distances(z, z)
-    off = ~torch.eye(n + m, dtype=torch.bool, device=z.device)
-    median = d2.detach()[..., off].median(-1).values.clamp_min(1e-12)[..., None, None]
-    k = sum(torch.exp(-d2 / (s * median)) for s in scales)
-    kxx, kyy, kxy = k[..., :n, :n], k[..., n:, n:], k[..., :n, n:]
-    if unbiased:
-        sxx = (kxx.sum((-1, -2)) - kxx.diagonal(dim1=-2, dim2=-1).sum(-1)) / (n * (n - 1))
-        syy = (kyy.sum((-1, -2)) - kyy.diagonal(dim1=-2, dim2=-1).sum(-1)) / (m * (m - 1))
-    else:
-        sxx, syy = kxx.mean((-1, -2)), kyy.mean((-1, -2))
-    return sxx + syy - 2 * kxy.mean((-1, -2))

@@ -2,7 +2,8 @@
 
 A random :class:`~sciml.perturbation.sim.grn.GRN` is perturbed gene by gene and in pairs; each cell gets its own
 perturbation efficiency and cell scale, relaxes by chemical Langevin steps, and is read out as negative-binomial
-counts with a log-normal library size; ``X = log1p(counts / library · target_sum)`` (:mod:`sciml.perturbation.data.anndata_io`).
+counts with a log-normal library size; ``X = log1p(counts / library · target_sum)``
+(:func:`sciml.perturbation.data.anndata_io.log_normalise`).
 
 Ground truth stored in ``uns['grn']``: the noise-free condition means in the same log1p space (steady state at the
 mean efficiency, no counting noise), the network, and the interaction vector of each double
@@ -16,7 +17,7 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
-from sciml.perturbation.data.anndata_io import TARGET_SUM
+from sciml.perturbation.data.anndata_io import TARGET_SUM, log_normalise
 from sciml.perturbation.data.conditions import format_condition
 from sciml.perturbation.sim.grn import GRN, random_grn
 
@@ -130,12 +131,6 @@ def counts_from_levels(x: np.ndarray, cfg: SimConfig, rng: np.random.Generator) 
     return rng.poisson(rate).astype(np.float32)
 
 
-def normalise(counts: np.ndarray, target_sum: float) -> np.ndarray:
-    """``log1p(counts / library · target_sum)`` per cell (float32)."""
-    lib = np.maximum(counts.sum(axis=-1, keepdims=True), 1e-12)
-    return np.log1p(counts / lib * target_sum).astype(np.float32)
-
-
 def gene_names(n: int) -> list[str]:
     """Gene symbols ``G000``, ``G001``, ... (zero-padded so that sorting keeps the network order)."""
     width = max(3, len(str(n - 1)))
@@ -160,7 +155,7 @@ def simulate_conditions(grn: GRN, conds: list[tuple[int, ...]], cfg: SimConfig, 
 def ground_truth(grn: GRN, conds: list[tuple[int, ...]], x_log: np.ndarray, cond: np.ndarray,
                  cfg: SimConfig) -> dict:
     """Noise-free means (n_cond, G), interaction vectors of doubles, their noise floors and the interacting share."""
-    truth = np.stack([normalise(grn.steady_state(mean_multiplier(c, grn.n_genes, cfg))[None], cfg.target_sum)[0]
+    truth = np.stack([log_normalise(grn.steady_state(mean_multiplier(c, grn.n_genes, cfg))[None], cfg.target_sum)[0]
                       for c in conds])
     var = np.stack([x_log[cond == i].var(axis=0, ddof=1) / max((cond == i).sum(), 1) for i in range(len(conds))])
     index = {c: i for i, c in enumerate(conds)}
@@ -193,7 +188,7 @@ def simulate(cfg: SimConfig | dict | None = None):
     grn = random_grn(cfg.n_genes, cfg.n_masters, cfg.n_regulators, cfg.and_share, rng, level=cfg.level)
     conds = choose_conditions(grn, cfg, rng)
     cells = simulate_conditions(grn, conds, cfg, rng)
-    x_log = normalise(cells["counts"], cfg.target_sum)
+    x_log = log_normalise(cells["counts"], cfg.target_sum)
     genes = gene_names(cfg.n_genes)
     labels = [format_condition([genes[g] for g in c]) for c in conds]
     truth = ground_truth(grn, conds, x_log, cells["cond"], cfg)

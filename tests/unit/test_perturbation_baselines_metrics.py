@@ -3,8 +3,8 @@ import pytest
 
 pytest.importorskip("anndata")
 
-from sciml.perturbation.data.anndata_io import write_h5ad  # noqa: E402
 from sciml.perturbation.baselines.simple import Additive, Linear, NoChange, TrainMean, fit_baselines  # noqa: E402
+from sciml.perturbation.data.anndata_io import write_h5ad  # noqa: E402
 from sciml.perturbation.data.datamodule import PerturbationDataModule  # noqa: E402
 from sciml.perturbation.distances import energy_distance, mmd_rbf  # noqa: E402
 from sciml.perturbation.metrics import (  # noqa: E402
