@@ -8,8 +8,10 @@ source. Lengths are in Å.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,22 @@ class StructureError(ValueError):
 
 def _one_line(text: str) -> str:
     return " ".join(str(text).split())
+
+
+@contextlib.contextmanager
+def _reader(source: str, what: str, fix: str = "") -> Iterator[None]:
+    """Turn what a third-party reader raises into one :class:`StructureError` ``"{what}: {Type}: {message}"``.
+
+    Reader warnings are silenced inside: the error, not the warning, tells the user.
+    """
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    except StructureError:
+        raise
+    except Exception as err:  # pymatgen and ASE raise many types on malformed input
+        raise StructureError(source, f"{what}: {type(err).__name__}: {err}"[:200], fix) from err
 
 
 def parse_cif_string(text: str, source: str) -> Structure:
@@ -231,7 +249,7 @@ def _read_file(path: Path, source: str) -> Structure:
     text = _read_text(path, source)
     name = path.name[: -len(path.suffix)] if path.suffix.lower() in COMPRESSED else path.name
     suffix = Path(name).suffix.lower()
-    try:
+    with _reader(source, "cannot read"):  # a reader failed in a way not caught below: still one line
         if suffix == ".cif":
             return parse_cif_string(text, source)
         if "POSCAR" in name.upper() or "CONTCAR" in name.upper() or suffix in (".vasp", ".poscar"):
@@ -241,34 +259,20 @@ def _read_file(path: Path, source: str) -> Structure:
         if suffix == ".json":
             return _parse_json(text, source)
         return _read_unknown(path, source)
-    except StructureError:
-        raise
-    except Exception as err:  # a reader failed in a way not caught below: still one line
-        raise StructureError(source, f"cannot read: {type(err).__name__}: {err}"[:200]) from err
 
 
 def _parse_poscar(text: str, source: str) -> Structure:
     from pymatgen.io.vasp import Poscar
 
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return Poscar.from_str(text).structure
-    except Exception as err:
-        raise StructureError(
-            source,
-            f"not a valid POSCAR: {type(err).__name__}: {err}"[:200],
-            "check the VASP 5 layout: comment, scale, lattice, symbols, counts",
-        ) from err
+    with _reader(source, "not a valid POSCAR", "check the VASP 5 layout: comment, scale, lattice, symbols, counts"):
+        return Poscar.from_str(text).structure
 
 
 def _read_extxyz(path: Path, source: str) -> Structure:
     import ase.io
 
-    try:
+    with _reader(source, "not a valid extxyz file"):
         frames = ase.io.read(path, index=":", format="extxyz")
-    except Exception as err:
-        raise StructureError(source, f"not a valid extxyz file: {type(err).__name__}: {err}"[:200]) from err
     if len(frames) != 1:
         raise StructureError(
             source,
@@ -279,15 +283,8 @@ def _read_extxyz(path: Path, source: str) -> Structure:
 
 
 def _parse_json(text: str, source: str) -> Structure:
-    try:
-        data = json.loads(text)
-        return Structure.from_dict(data)
-    except Exception as err:
-        raise StructureError(
-            source,
-            f"not a pymatgen Structure JSON: {type(err).__name__}: {err}"[:200],
-            "write it with json.dump(structure.as_dict(), f)",
-        ) from err
+    with _reader(source, "not a pymatgen Structure JSON", "write it with json.dump(structure.as_dict(), f)"):
+        return Structure.from_dict(json.loads(text))
 
 
 def _read_unknown(path: Path, source: str) -> Structure:

@@ -9,27 +9,17 @@ start-up) does not pay for torch, Lightning and pymatgen until a model is actual
 
 from __future__ import annotations
 
-import importlib
 import sys
 import types
+
+from sciml.core.lazy import lazy_exports
 
 #: public name -> module defining it
 _EXPORTS = {"CrystalPredictor": "sciml.crystal.artifact", "load_model": "sciml.crystal.artifact",
             "iter_prediction_rows": "sciml.crystal.predict", "predict": "sciml.crystal.predict"}
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 class _Package(types.ModuleType):

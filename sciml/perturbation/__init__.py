@@ -9,7 +9,7 @@ torch or anndata is actually needed.
 
 from __future__ import annotations
 
-import importlib
+from sciml.core.lazy import lazy_exports
 
 #: public name -> module defining it
 _EXPORTS = {"DEFAULT_MODEL": "sciml.perturbation.artifact", "PerturbationPredictor": "sciml.perturbation.artifact",
@@ -17,15 +17,4 @@ _EXPORTS = {"DEFAULT_MODEL": "sciml.perturbation.artifact", "PerturbationPredict
             "parse_perturbations": "sciml.perturbation.predict", "predict_effects": "sciml.perturbation.predict"}
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
