@@ -41,10 +41,17 @@ def model_card(name: str, cfg: dict, data: dict, metrics: dict, alpha: float) ->
 
 def export(ckpt: str | Path, state: dict, output: str | Path, cfg: dict, calibrate: bool = True,
            alpha: float = 0.1, score: str | None = None, n_cells: int = 128, seed: int = 0) -> dict:
-    """Export ``ckpt`` (already loaded as ``state``, trained with ``cfg``) to ``output``; return test metrics."""
+    """Export ``ckpt`` (already loaded as ``state``, trained with ``cfg``) to ``output``; return test metrics.
+
+    The effect bands always use the sup-norm score (:class:`~sciml.perturbation.uncertainty.EffectBands`):
+    ``score`` may be ``None`` or ``"supnorm"``, anything else is refused rather than ignored.
+    """
     from sciml.perturbation.metrics import evaluate
     from sciml.perturbation.task import datamodule
 
+    if score not in (None, "supnorm"):
+        raise ValueError(f"score {score!r}: perturbation effect bands use the sup-norm score only; drop the score "
+                         "setting or set it to 'supnorm'")
     ckpt = Path(ckpt)
     hparams = dict(state["hyper_parameters"])
     module = PerturbationFlow(**hparams)
