@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     roots = {"after": ROOT} | ({"before": args.before.resolve()} if args.before else {})
     load_start = os.getloadavg()
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp:  # the name stays valid below for the displayed commands
         todo = cases(Path(tmp), args.threads)
         todo = {k: v for k, v in todo.items() if args.cases is None or k in args.cases}
         raw = {label: {case: ([], [], "") for case in todo} for label in roots}
@@ -116,8 +116,8 @@ def main(argv: list[str] | None = None) -> dict:
               "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                           "torch": metadata.version("torch"),
                           "load_average_1min_start_end": [round(load_start[0], 2), round(os.getloadavg()[0], 2)]},
-              "commands": {case: " ".join(Path(c).name if i == 0 else c for i, c in enumerate(cmd))
-                           for case, cmd in todo.items()}}
+              "commands": {case: " ".join(Path(c).name if i == 0 else c.replace(tmp, "$TMP")
+                                          for i, c in enumerate(cmd)) for case, cmd in todo.items()}}
     for label, root in roots.items():
         result[label] = {"checkout": commit(root)} | {
             case: summarise(*raw[label][case], TARGETS_S.get(case)) for case in todo}

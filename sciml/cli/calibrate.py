@@ -13,13 +13,15 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import time
 from pathlib import Path
 
-import torch
-
-from sciml.crystal.calibration import GROUP_FUNCTIONS
+from sciml.cli.feedback import progress, require_inputs, stage
 
 METHODS = ("split", "mondrian", "multigroup")
+#: group functions of crystal models (registered by :mod:`sciml.crystal.calibration`; named here so that
+#: ``--help`` needs no torch; ``tests/integration/test_startup.py`` checks that the two agree)
+GROUP_NAMES = ("anion", "crystal_system")
 
 
 def add_parser(sub, name: str) -> None:
@@ -33,7 +35,7 @@ def add_parser(sub, name: str) -> None:
     p.add_argument("--score", default=None, choices=("absolute", "normalized"),
                    help="conformity score (default: the artifact's, else absolute)")
     p.add_argument("--group-by", default=None,
-                   help=f"group function(s) {sorted(GROUP_FUNCTIONS)}: one for --method mondrian (default "
+                   help=f"group function(s) {list(GROUP_NAMES)}: one for --method mondrian (default "
                    "crystal_system), comma-separated for multigroup (default crystal_system,anion)")
     p.add_argument("--target", default=None, help="target column of a CSV (default: the model's target name)")
     p.add_argument("--holdout", type=float, default=0.5, help="fraction held out to measure coverage")
@@ -41,20 +43,26 @@ def add_parser(sub, name: str) -> None:
     p.set_defaults(run=run)
 
 
-@torch.no_grad()
-def predict_labelled(predictor, table, batch_size: int = 64) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Model mean and σ (``None`` without a σ head), float64 ``(n,)``, for the structures of ``table``."""
+def predict_labelled(predictor, table, batch_size: int = 64):
+    """Model mean and σ (``None`` without a σ head), float64 ``(n,)``, for the structures of ``table``.
+
+    Draws a progress bar per batch on a terminal.
+    """
+    import torch
     from torch_geometric.data import Batch
 
     from sciml.crystal.data.graphs import structure_to_graph
 
-    graphs = [structure_to_graph(s, predictor.graph, str(i)) for i, s in zip(table["id"], table["structure"],
-                                                                             strict=True)]
     means, sigmas = [], []
-    for start in range(0, len(graphs), batch_size):
-        pred = predictor.module.predict_step(Batch.from_data_list(graphs[start:start + batch_size]))
-        means.append(pred.mean.double())
-        sigmas.append(None if pred.sigma is None else pred.sigma.double())
+    rows = list(zip(table["id"], table["structure"], strict=True))
+    with torch.no_grad(), progress(total=len(rows), desc="calibrate: predict", unit="structure") as bar:
+        for start in range(0, len(rows), batch_size):
+            chunk = rows[start:start + batch_size]
+            batch = Batch.from_data_list([structure_to_graph(s, predictor.graph, str(i)) for i, s in chunk])
+            pred = predictor.module.predict_step(batch)
+            means.append(pred.mean.double())
+            sigmas.append(None if pred.sigma is None else pred.sigma.double())
+            bar.update(len(chunk))
     return torch.cat(means), (None if any(s is None for s in sigmas) else torch.cat(sigmas))
 
 
@@ -82,7 +90,9 @@ def write_calibrator(folder: Path, calibrator: dict, record: dict) -> None:
         (tmp / "metadata.json").write_text(json.dumps(metadata, indent=1))
 
 
-def _split(n: int, holdout: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _split(n: int, holdout: float, seed: int):
+    import torch
+
     if not 0 < holdout < 1:
         raise ValueError(f"--holdout must be in (0, 1), got {holdout}")
     n_hold = round(n * holdout)
@@ -96,30 +106,41 @@ def _split(n: int, holdout: float, seed: int) -> tuple[torch.Tensor, torch.Tenso
 def recalibrate(model: str, data: str, method: str = "split", alpha: float = 0.1, score: str | None = None,
                 group_by: str | None = None, target: str | None = None, holdout: float = 0.5,
                 seed: int = 0) -> dict:
-    """Refit and write the calibrator of the artifact ``model`` on ``data``; return the record."""
+    """Refit and write the calibrator of the artifact ``model`` on ``data``; return the record.
+
+    Prints stage lines (``calibrate: ...``) on stderr once the inputs are read and checked.
+    """
+    import torch
+
+    import sciml.crystal.calibration  # noqa: F401  (registers the crystal group functions)
+    from sciml.core.io.checksum import sha256_file
     from sciml.crystal.artifact import load_model
-    from sciml.crystal.data.datamodule import file_sha256
-    from sciml.crystal.data.sources import read_labelled
+    from sciml.crystal.data.sources import labels_file, read_labelled
     from sciml.uq import check_alpha
     from sciml.uq.groups import build_calibrator, fit_calibrator
 
     alpha = check_alpha(alpha)
+    start = time.perf_counter()
     predictor = load_model(model)
     old = predictor.calibrator
     score = score or getattr(old, "score_name", "absolute")
     table = read_labelled(data, target or predictor.target["name"])
     fit_idx, hold_idx = _split(len(table), holdout, seed)
+    cal = build_calibrator({"method": method} | ({"group_by": group_by} if group_by else {}), score, alpha)
+    stage("calibrate", f"loaded {model} and {len(table)} labelled structures from {data} in "
+          f"{time.perf_counter() - start:.1f} s; predicting them")
     mean, sigma = predict_labelled(predictor, table)
     if score == "normalized" and sigma is None:
         raise ValueError(f"{model}: the model predicts no sigma; use --score absolute")
     y, structures = torch.tensor(table["y"].to_numpy(), dtype=torch.float64), list(table["structure"])
     part = {name: (mean[i], None if sigma is None else sigma[i], y[i], [structures[j] for j in i.tolist()])
             for name, i in (("fit", fit_idx), ("hold", hold_idx))}
-    cal = build_calibrator({"method": method} | ({"group_by": group_by} if group_by else {}), score, alpha)
+    stage("calibrate", f"fitting the {method} calibrator on {len(fit_idx)} structures, measuring coverage on the "
+          f"{len(hold_idx)} held out")
     m, s, t, st = part["fit"]
     fit_calibrator(cal, m, t, s, st)
     m, s, t, st = part["hold"]
-    record = {"data": str(data), "data_sha256": file_sha256(data),
+    record = {"data": str(data), "data_sha256": sha256_file(labels_file(data)),
               "method": method, "score": score, "alpha": alpha, "group_by": getattr(cal, "group_by", None),
               "n_fit": len(fit_idx), "n_holdout": len(hold_idx), "seed": seed,
               "before": _measure(old, m, s, t, st, alpha) if old is not None else None,
@@ -131,6 +152,8 @@ def recalibrate(model: str, data: str, method: str = "split", alpha: float = 0.1
 
 def run(args, overrides: list[str]) -> int:
     """Refit, print coverage before/after on the held-out part, write the artifact."""
+    require_inputs([args.data], "file or folder", "give a CSV with a cif column and the target column, or a "
+                   "folder with id_prop.csv")
     rec = recalibrate(args.model, args.data, args.method, args.alpha, args.score, args.group_by, args.target,
                       args.holdout, args.seed)
     before = rec["before"] or {"coverage": float("nan"), "width": float("nan")}
