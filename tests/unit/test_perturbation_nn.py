@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
-
-import numpy as np
 import torch.nn.functional as F
 
 from sciml.perturbation.distances import mmd2, mmd_rbf, ot_pairing
