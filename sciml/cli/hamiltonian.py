@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 
 from sciml.cli.config import check_alpha_arg
+from sciml.cli.feedback import infinite_interval_note
 
 
 def add_parser(sub, name: str) -> None:
@@ -34,15 +35,13 @@ def add_parser(sub, name: str) -> None:
     q.set_defaults(run=run_predict)
 
 
-def interval_note(alpha: float, n: int | None, what: str) -> str:
-    """One line explaining an infinite conformal interval from ``n`` calibration scores, and the smallest finite α."""
-    from sciml.hamiltonian.bands import min_finite_alpha
-
-    if not n:
-        return f"{what} interval infinite: the model has no calibration scores for it"
-    return (f"{what} interval infinite at alpha={alpha:g}: {n} calibration structures give a finite conformal "
-            f"interval only for alpha >= 1/(n+1) = {min_finite_alpha(n):g} (ceil((n+1)(1-alpha)) <= n); "
-            f"rerun with --alpha {min_finite_alpha(n):g} or calibrate on more structures")
+def _interval(value: float, lower: float, upper: float, alpha: float) -> str:
+    """`` [lo, hi] (90%)`` in eV, or ``± x meV`` when the interval is narrower than the printed digits."""
+    if not (lower == lower and upper == upper):  # NaN: a model without a calibrator
+        return ""
+    if upper - lower < 0.002:
+        return f" ± {500 * (upper - lower):.2g} meV ({100 * (1 - alpha):.0f}%)"
+    return f" [{lower:.3f}, {upper:.3f}] ({100 * (1 - alpha):.0f}%)"
 
 
 def _run_crystal(args, predictor) -> int:
@@ -53,15 +52,17 @@ def _run_crystal(args, predictor) -> int:
         gap, note = "no gap (no virtual band)", ""
         if "gap_ev" in row:
             gap = f"CBM {row['cbm_ev']:.3f} eV, gap {row['gap_ev']:.3f} eV"
-            if row["gap_lower_ev"] is None:
-                note = interval_note(args.alpha, row.get("gap_n_calibration"), "gap")
+            if row["gap_lower_ev"] is not None:
+                gap += _interval(row["gap_ev"], row["gap_lower_ev"], row["gap_upper_ev"], args.alpha)
+            elif row.get("gap_calibration_sizes"):
+                note = infinite_interval_note(row["gap_calibration_sizes"], args.alpha, "calibration structures")
             else:
-                gap += f" [{row['gap_lower_ev']:.3f}, {row['gap_upper_ev']:.3f}]"
+                note = "note: the model has no calibrator: no interval"
         extra = (f", occupied-band MAE vs pyscf {row['model_occupied_band_mae_mev']:.2f} meV"
                  if "model_occupied_band_mae_mev" in row else "")
-        print(f"{row['source']}: VBM {row['vbm_ev']:.3f} eV, {gap}{extra} -> {row['folder']}")
+        print(f"{row['source']}: VBM {row['vbm_ev']:.3f} eV, {gap}{extra} -> {row['folder']}", flush=True)
         if note:
-            print(f"  {note}")
+            print(f"  gap interval infinite; {note.removeprefix('note: ')}", flush=True)
     print(f"wrote {len(args.inputs)} folder(s) under {args.output} (bands.json, deeph/"
           f"{', bands.png' if args.plot else ''}); energies in eV", file=sys.stderr)
     return 0
@@ -82,9 +83,10 @@ def run_predict(args, overrides: list[str]) -> int:
         return _run_crystal(args, predictor)
     for row in predict_files(args.inputs, predictor, args.output, args.alpha, args.reference, args.plot,
                              progress=not args.no_progress):
-        gap = f"gap {row['gap_ev']:.3f} eV [{row['gap_lower_ev']:.3f}, {row['gap_upper_ev']:.3f}]" \
-            if "gap_ev" in row else "no gap (no virtual orbital predicted)"
-        print(f"{row['source']}: HOMO {row['homo_ev']:.3f} eV, {gap} -> {row['folder']}")
+        gap = (f"gap {row['gap_ev']:.3f} eV" + _interval(row["gap_ev"], row["gap_lower_ev"], row["gap_upper_ev"],
+                                                          args.alpha)
+               if "gap_ev" in row else "no gap (no virtual orbital predicted)")
+        print(f"{row['source']}: HOMO {row['homo_ev']:.3f} eV, {gap} -> {row['folder']}", flush=True)
     print(f"wrote {len(args.inputs)} folder(s) under {args.output}; energies in eV and Hartree, "
           f"{100 * (1 - args.alpha):.0f}% conformal intervals per orbital", file=sys.stderr)
     return 0

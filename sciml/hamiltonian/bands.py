@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -35,20 +36,12 @@ def band_radius(calibrator, n_bands: int, alpha: float) -> np.ndarray:
     return calibrator.threshold_or_inf(torch.arange(n_bands), alpha).double().numpy()
 
 
-def calibration_count(calibrator, bands) -> int | None:
-    """The fewest calibration scores ``n`` among ``bands`` (None without a calibrator or with an uncalibrated band)."""
+def calibration_sizes(calibrator, bands) -> list[int]:
+    """Calibration scores per band of ``bands`` (0 for an uncalibrated band; ``[]`` without a calibrator)."""
     if calibrator is None:
-        return None
+        return []
     counts = dict(zip(calibrator.group_ids.tolist(), calibrator.counts.tolist(), strict=True))
-    return min(counts[b] for b in bands) if all(b in counts for b in bands) else None
-
-
-def min_finite_alpha(n: int) -> float:
-    """Smallest α with a finite conformal threshold from ``n`` scores, rounded up to 3 decimals.
-
-    ``⌈(n+1)(1−α)⌉ ≤ n  ⟺  α ≥ 1/(n+1)``.
-    """
-    return math.ceil(1000 / (n + 1) - 1e-9) / 1000
+    return [int(counts.get(b, 0)) for b in bands]
 
 
 def band_summary(bands: np.ndarray, n_occ: int, radius: np.ndarray) -> dict:
@@ -124,7 +117,7 @@ def band_row(s: HamiltonianStructure, pred: HamiltonianStructure, predictor, alp
            "mesh": {"kmesh": list(mesh), "kpts": km.tolist(), "bands_ev": (b_mesh * HARTREE_EV).tolist()},
            **band_summary(np.vstack([b_path, b_mesh]), n_occ, radius)}
     if "gap_ev" in row:
-        row["gap_n_calibration"] = calibration_count(predictor.calibrator, (n_occ - 1, n_occ))
+        row["gap_calibration_sizes"] = calibration_sizes(predictor.calibrator, (n_occ - 1, n_occ))
     kc = np.asarray(s.meta.get("check_kpts") or mesh_kpoints((2, 2, 2)))  # the generator's check points, if any
     row |= {"kpts": kc.tolist(), "bands_ev": (structure_bands(pred, layout, kc) * HARTREE_EV).tolist()}
     if reference is not None:  # same cell (maybe rotated, as CIF does): same fractional k; else via Cartesian k
@@ -160,14 +153,15 @@ def predict_crystal_inputs(paths, predictor, output, alpha: float = 0.1, n_path:
                            plot: bool = False, threads: int = 1, symprec: float = 0.1, progress: bool = True):
     """Yield one ``bands.json`` row per input (structure file or DeepH folder) after writing its folder.
 
-    A progress bar on stderr counts structures and names the stage (pyscf H0/S, network, bands, write).
+    A progress bar on stderr (terminals only) counts structures and names the stage (pyscf H0/S, network, bands,
+    write).
     """
     from tqdm.auto import tqdm
 
     from sciml.core.io.atomic import atomic_write_text
     from sciml.hamiltonian.data.deeph import read_deeph, write_deeph
 
-    bar = tqdm(total=len(paths), desc="crystals", unit="structure", disable=not progress)
+    bar = tqdm(total=len(paths), desc="crystals", unit="structure", file=sys.stderr, disable=None if progress else True)
     try:
         for k, path in enumerate(paths):
             p = Path(path)

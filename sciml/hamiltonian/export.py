@@ -167,7 +167,8 @@ def crystal_card(name: str, cfg: dict, metrics: dict, sizes: dict) -> str:
     lines = [f"# {name}", "", "E(3)-equivariant crystal Hamiltonian model: closed-form tensor-product ridge on H0(R) "
              "blocks plus an equivariant network residual trained with a band-energy loss (Lightning), "
              f"{meta.get('xc')}/{meta.get('basis')} ({(meta.get('generator') or {}).get('pseudo')}). Predicts H(R) of "
-             "crystals from structure files (pyscf.pbc builds H0 and S with the stored generator settings) or DeepH folders carrying H0 and S; bands with per-band split-conformal intervals.", "",
+             "crystals from structure files (pyscf.pbc builds H0 and S with the stored generator settings) or DeepH "
+             "folders carrying H0 and S; bands with per-band split-conformal intervals.", "",
              "## Data", f"- `{cfg['data']['path']}`, seeded split {sizes} (seed "
              f"{cfg['data'].get('split', {}).get('seed')}); generator {meta.get('generator')}", "",
              "## Metrics on the test split"]

@@ -12,6 +12,7 @@ calibration split's orbital energies). pyscf is needed for ``S`` and ``H0`` of n
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -240,12 +241,13 @@ def predict_files(paths, predictor: HamiltonianPredictor, output: str | Path, al
                   references=None, plot: bool = False, progress: bool = True):
     """Yield one summary row per ``.xyz`` file after writing its folder ``<output>/<stem>/``.
 
-    A progress bar on stderr counts molecules and names the stage (pyscf H0/S, network, write).
+    A progress bar on stderr (terminals only) counts molecules and names the stage (pyscf H0/S, network, write).
     """
     from tqdm.auto import tqdm
 
     output = Path(output)
-    bar = tqdm(total=len(paths), desc="molecules", unit="structure", disable=not progress)
+    bar = tqdm(total=len(paths), desc="molecules", unit="structure", file=sys.stderr,
+               disable=None if progress else True)
     try:
         for k, path in enumerate(paths):
             bar.set_postfix_str(f"{Path(path).name}: pyscf H0, S")

@@ -144,23 +144,38 @@ def test_missing_pyscf_is_a_one_line_error(tmp_path, capsys, monkeypatch):
     assert err.startswith("error:") and "quantum" in err and len(err.splitlines()) == 1
 
 
-def test_crystal_fit_and_predict_cli(tmp_path, capsys):
-    """Synthetic Si-like crystals (tests/unit/test_hamiltonian_model_crystal.py) written as DeepH folders."""
+def test_crystal_fit_export_and_predict_a_held_out_crystal_cli(tmp_path, capsys):
+    """Synthetic Si-like crystals (tests/unit/test_hamiltonian_crystal_net.py) as DeepH folders: ``sciml fit`` on six
+    (split 3/1/1/1), ``sciml export --calibrate``, then ``predict`` on a seventh crystal that is in no split."""
     import shutil
 
     from sciml.hamiltonian.data.deeph import write_deeph
-    from tests.unit.test_hamiltonian_model_crystal import LAYOUT, crystal
+    from tests.unit.test_hamiltonian_crystal_net import noisy
+    from tests.unit.test_hamiltonian_model_crystal import LAYOUT, crystal_config
 
     rng = np.random.default_rng(0)
-    for k in range(4):
-        write_deeph(tmp_path / "data" / "Si" / f"{k:05d}", crystal(rng), LAYOUT)
+    cfg = crystal_config(tmp_path, [noisy(rng) for _ in range(6)], (0.5, 1 / 6, 1 / 6, 1 / 6),
+                         loss={"real": 1.0, "eig": 1.0, "eig_scale": 1e-3})
+    config = tmp_path / "crystal.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    write_deeph(tmp_path / "held_out" / "Si" / "00000", noisy(rng), LAYOUT)
+    held = tmp_path / "held_out" / "Si" / "00000"
     model, out = tmp_path / "model", tmp_path / "out"
-    assert main(["hamiltonian", "fit-crystal", str(tmp_path / "data"), "--output", str(model)]) == 0
-    held = tmp_path / "data" / "Si" / "00003"
+    assert main(["fit", "--config", str(config)]) == 0
+    split = json.loads((tmp_path / "run" / "split.json").read_text())
+    assert not any("held_out" in name for part in ("train", "val", "calib", "test") for name in split[part])
+    assert main(["export", "--ckpt", str(tmp_path / "run" / "checkpoints" / "best.ckpt"), "--calibrate",
+                 "--output", str(model)]) == 0
+    capsys.readouterr()
     assert main(["hamiltonian", "predict", "--model", str(model), str(held), "--output", str(out)]) == 0
-    row = json.loads((out / "Si-00003" / "bands.json").read_text())
-    assert np.isfinite(row["bands_ev"]).all() and len(row["kpts"]) == 8
-    assert (out / "Si-00003" / "deeph" / "hamiltonians.h5").is_file()
+    stdout = capsys.readouterr().out
+    assert "gap interval infinite" in stdout and "1/(n+1)" not in stdout and "--alpha 0.5" in stdout, stdout
+    row = json.loads((out / "Si-00000" / "bands.json").read_text())
+    assert np.isfinite(row["bands_ev"]).all() and len(row["kpts"]) == 3 and row["gap_calibration_sizes"] == [1, 1]
+    assert (out / "Si-00000" / "deeph" / "hamiltonians.h5").is_file()
+    assert main(["hamiltonian", "predict", "--model", str(model), str(held), "--output", str(out), "--alpha",
+                 "0.5"]) == 0
+    assert json.loads((out / "Si-00000" / "bands.json").read_text())["gap_lower_ev"] is not None
     capsys.readouterr()
     shutil.copytree(held, tmp_path / "noS" / "Si" / "00000")
     (tmp_path / "noS" / "Si" / "00000" / "overlaps.h5").unlink()
