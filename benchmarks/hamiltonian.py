@@ -9,8 +9,8 @@ HOMO–LUMO gap MAE (meV), occupied-orbital cosine similarity (%), and for our m
 split-conformal intervals on orbital energies (calibrated on the calib split). Speed: model inference per
 molecule vs a pyscf SCF of the same molecules, timed in this run (plus the pyscf H0/S build that prediction
 needs). Crystals (``--only-crystals`` for this part alone): leave-one-out over the DeepH Si/C folders, the
-closed-form ridge vs ridge + equivariant network (with / without the band-energy loss, and with a cross-fitted
-ridge base) vs H0: occupied-band MAE (meV) against pyscf and H MAE (µHa).
+closed-form ridge vs ridge + equivariant network trained through Lightning (with / without the band-energy loss)
+vs H0: occupied-band MAE (meV) against pyscf and H MAE (µHa).
 Writes ``benchmarks/results/hamiltonian.json``.
 
 Usage::
@@ -149,52 +149,91 @@ def molecule(config: str, epochs: int, out: Path, variants, alpha: float, main_r
     return results
 
 
-#: crystal network variants of the leave-one-out: (loss overrides, train overrides)
-CRYSTAL_VARIANTS = {"ridge_net_band_loss": ({}, {}), "ridge_net_no_band_loss": ({"eig": 0.0}, {}),
-                    "ridge_net_band_loss_cross_fit": ({}, {"cross_fit": True})}
+#: crystal network variants of the leave-one-out: model.loss overrides of configs/hamiltonian/si-c.yaml
+CRYSTAL_VARIANTS = {"ridge_net_band_loss": {}, "ridge_net_no_band_loss": {"eig": 0.0}}
 
 
-def crystals(root: Path, network: bool = True, steps: int | None = None) -> dict:
+def _fold_config(structures, held: int, folder: Path, epochs: int | None) -> dict:
+    """configs/hamiltonian/si-c.yaml on the crystals other than ``held`` (copied under ``folder``).
+
+    One of them is the val split (model selection); no calib / test split (the held-out crystal is the test).
+    """
+    import shutil
+
+    import yaml
+
+    cfg = yaml.safe_load((ROOT / "configs" / "hamiltonian" / "si-c.yaml").read_text())
+    data = folder / "data"
+    for m, s in enumerate(structures):
+        if m != held:
+            copy_ = data / f"{m:03d}"
+            if not copy_.exists():
+                shutil.copytree(Path(s.meta["source"]), copy_)
+    n = len(structures) - 1
+    cfg["run_dir"] = str(folder / "run")
+    cfg["data"] |= {"path": str(data), "split": {"fractions": [(n - 1) / n, 1 / n, 0.0, 0.0], "seed": 0}}
+    cfg["trainer"] |= {"enable_progress_bar": False} | ({"max_epochs": epochs} if epochs else {})
+    every = int(cfg["trainer"].get("check_val_every_n_epoch", 1))
+    cfg["trainer"]["check_val_every_n_epoch"] = min(every, int(cfg["trainer"]["max_epochs"]))  # best.ckpt exists
+    return cfg
+
+
+def crystals(root: Path, network: bool = True, steps: int | None = None, work: Path | None = None) -> dict:
     """Leave-one-out over the periodic DeepH folders under ``root`` (per element).
 
-    Per held-out crystal: the closed-form ridge, ridge + equivariant network trained with and without the
-    band-energy loss (and with the cross-fitted ridge base), and H0 itself; H MAE (µHa) and occupied-band MAE
-    (meV) against pyscf at the generator's off-mesh check k-points.
+    Per held-out crystal: the closed-form ridge (the module before training: its read-out starts at zero), the
+    ridge + equivariant network trained through Lightning (``sciml.core.train``, best val checkpoint) with and
+    without the band-energy loss, and H0 itself; H MAE (µHa) and occupied-band MAE (meV) against pyscf at the
+    generator's off-mesh check k-points.
     """
-    from sciml.hamiltonian.crystal import CRYSTAL_RIDGE, crystal_errors, fit_crystal_ridge, predict_crystal
-    from sciml.hamiltonian.crystal_net import CRYSTAL_NET, predict_crystal_net
-    from sciml.hamiltonian.crystal_train import CRYSTAL_LOSS, CRYSTAL_TRAIN, fit_crystal_net
-    from sciml.hamiltonian.data.deeph import read_deeph_tree
-    from sciml.hamiltonian.orbitals import OrbitalLayout
+    import tempfile
 
-    groups = {p.name: read_deeph_tree(p) for p in sorted(root.iterdir()) if p.is_dir()}
-    layout = OrbitalLayout({z: ls for _, lay in groups.values() for z, ls in lay.shells.items()})
-    structures = [s for sts, _ in groups.values() for s in sts]
-    train = CRYSTAL_TRAIN | ({"steps": steps} if steps else {})
+    from sciml.core.io.checkpoint import load_lightning_checkpoint
+    from sciml.core.train import train
+    from sciml.hamiltonian.bands import predict_crystal
+    from sciml.hamiltonian.data.crystal import read_crystals
+    from sciml.hamiltonian.module import HamiltonianModule
+    from sciml.hamiltonian.periodic import crystal_errors
+    from sciml.hamiltonian.predict import HamiltonianPredictor
+    from sciml.hamiltonian.task import build
+
+    def errors(module, held):
+        predictor = HamiltonianPredictor(module.eval(), None, module.layout, "", "", Path("."), True, {})
+        return crystal_errors(predict_crystal(held, predictor), held, module.layout)
+
+    structures, _ = read_crystals(root)
+    work = Path(work or tempfile.mkdtemp(prefix="ham-crystal-loo-"))
     rows = []
     for k, held in enumerate(structures):
-        rest = [s for m, s in enumerate(structures) if m != k]
-        ridge, nb, eb = fit_crystal_ridge(rest, layout)
-        e = crystal_errors(predict_crystal(ridge, held, layout, nb, eb), held, layout)
+        cfg = _fold_config(structures, k, work / f"fold{k}", steps)
+        _, ridge_only = build(cfg)
+        e = errors(ridge_only, held)
         row = {"name": held.meta.get("name"), "index": held.meta.get("index"),
                "h0": {"h_mae_microhartree": e["h0_mae_microhartree"],
                       "occupied_band_mae_mev": e["h0_occupied_band_mae_mev"]},
                "reference_h_occupied_band_mae_mev": e["reference_h_occupied_band_mae_mev"],
                "ridge": {"h_mae_microhartree": e["h_mae_microhartree"],
                          "occupied_band_mae_mev": e["model_occupied_band_mae_mev"]}}
-        for name, (loss, extra) in (CRYSTAL_VARIANTS.items() if network else ()):
-            model, hist = fit_crystal_net(rest, layout, loss=loss, train=train | extra)
-            e = crystal_errors(predict_crystal_net(model, held), held, layout)
+        for name, loss in (CRYSTAL_VARIANTS.items() if network else ()):
+            run = copy.deepcopy(cfg)
+            run["run_dir"] = str(work / f"fold{k}" / name)
+            run["model"]["loss"] |= loss
+            start = time.perf_counter()
+            metrics = train(run, test=False)
+            state = load_lightning_checkpoint(metrics["best_checkpoint"])
+            module = HamiltonianModule(**state["hyper_parameters"])
+            module.load_state_dict(state["state_dict"], strict=True)
+            e = errors(module, held)
             row[name] = {"h_mae_microhartree": e["h_mae_microhartree"],
-                         "occupied_band_mae_mev": e["model_occupied_band_mae_mev"], "train_seconds": hist["seconds"],
-                         "train_loss_first_best": [hist["loss"][0], hist["best_loss"]]}
+                         "occupied_band_mae_mev": e["model_occupied_band_mae_mev"],
+                         "train_seconds": time.perf_counter() - start, "best_val_mae": metrics.get("val_mae")}
         rows.append(row)
         print("crystal", json.dumps(row), flush=True)
-    out = {"settings": {"ridge": CRYSTAL_RIDGE, "network": CRYSTAL_NET, "loss": CRYSTAL_LOSS, "train": train,
-                        "variants": {n: {"loss": v[0], "train": v[1]} for n, v in CRYSTAL_VARIANTS.items()}},
+    base = _fold_config(structures, 0, work / "fold0", steps)
+    out = {"settings": {"model": base["model"], "trainer": base["trainer"], "variants": CRYSTAL_VARIANTS},
            "per_structure": rows, "data": str(root)}
     models = [m for m in rows[0] if isinstance(rows[0][m], dict)]
-    for name in groups:
+    for name in sorted({r["name"] for r in rows}):
         sel = [r for r in rows if r["name"] == name]
         out[name] = {m: {key: float(np.mean([r[m][key] for r in sel])) for key in ("h_mae_microhartree",
                                                                                   "occupied_band_mae_mev")}
@@ -229,7 +268,7 @@ def main() -> None:
                    help="per-element DeepH crystal folders (sciml data hamiltonian --crystal); skipped if absent")
     p.add_argument("--only-crystals", action="store_true", help="run the crystal part only, merging into --output")
     p.add_argument("--no-crystal-network", action="store_true", help="crystals: closed-form ridge and H0 only")
-    p.add_argument("--crystal-steps", type=int, default=None, help="crystals: network training steps (default 300)")
+    p.add_argument("--crystal-steps", type=int, default=None, help="crystals: training epochs = full-batch steps (default: configs/hamiltonian/si-c.yaml)")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "runs"))
     p.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "hamiltonian.json"))
     args = p.parse_args()
