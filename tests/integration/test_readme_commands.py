@@ -36,6 +36,9 @@ SHORT = {
                                               "--model.flow.val_steps", "1"],
 }
 
+#: Module an optional extra installs, per verb whose README section names that extra.
+NEEDS = {"hamiltonian": "pyscf"}  # extra `quantum`
+
 #: Programs the README's shell blocks may name besides ``sciml`` (the set-up steps of the two commands); they
 #: are not run here (``tests/integration/test_install.py`` runs ``pip install .``).
 SETUP = {"python3", "python", ".", "pip"}
@@ -179,6 +182,8 @@ def test_readme_step_runs(step, workspace):
         if missing:
             pytest.skip(f"needs {missing[0]}, which an earlier command that did not run would have written "
                         f"({workspace['broken']})")
+    if kind == "sciml" and what[1] in NEEDS:
+        pytest.importorskip(NEEDS[what[1]], reason=f"the README says {what[1]} needs an extra")
     workspace["broken"] = _step_id(step)  # cleared on success
     if kind == "python":
         script = ws / "readme_block.py"
