@@ -1,1 +1,1 @@
-"""sciml.hamiltonian.data.datamodule."""
+"""Hamiltonian data: npz and DeepH readers/writers, pyscf generators, molecule and crystal samples, batches, the data module."""
