@@ -1,1 +1,1 @@
-"""Hamiltonian data: npz and DeepH readers/writers, pyscf generators, molecule and crystal samples, batches, the data module."""
+"""Hamiltonian data: npz and DeepH readers/writers, pyscf generators, molecule and crystal samples, the data module."""
