@@ -1,7 +1,7 @@
 """Optional dependencies: import one, or fail with a one-line message naming the package and the extra.
 
 >>> pyscf = require("pyscf", "quantum")  # doctest: +SKIP
->>> ot = require("ot", "cells", package="POT")  # doctest: +SKIP
+>>> h5py = require("h5py", "quantum")  # doctest: +SKIP
 
 A missing module then reads ``needs pyscf: pip install 'sciml[quantum]'`` instead of ``No module named
 'pyscf'``. Only the missing module itself is reported this way; an ``ImportError`` raised *inside* an
@@ -32,7 +32,7 @@ def require(module: str, extra: str | None = None, package: str | None = None) -
         message suggests installing the package itself.
     package : str, optional
         Distribution name on the package index when it differs from the module's top-level name
-        (``ot`` is ``POT``).
+        (e.g. ``sklearn`` is ``scikit-learn``).
 
     Returns
     -------

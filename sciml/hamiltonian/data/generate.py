@@ -16,21 +16,14 @@ from pathlib import Path
 import numpy as np
 
 from sciml.core.io.atomic import atomic_write_text
+from sciml.core.optional import require
 
 __all__ = ["MoleculeJob", "SCFSettings", "check_settings", "generate_molecules", "import_pyscf", "run_molecule_scf",
            "run_pool"]
 
-_QUANTUM = "pyscf is not installed; install the quantum extra: pip install 'sciml[quantum]'"
-
-
 def import_pyscf():
-    """Import pyscf or raise a one-line ImportError naming the extra."""
-    try:
-        import pyscf  # noqa: F401
-        from pyscf import dft, gto, lib, scf  # noqa: F401
-    except ImportError as err:
-        raise ImportError(_QUANTUM) from err
-    return pyscf
+    """Import pyscf or raise a one-line ImportError naming the ``quantum`` extra."""
+    return require("pyscf", "quantum")
 
 
 @dataclass(frozen=True)
