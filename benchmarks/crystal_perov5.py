@@ -29,9 +29,9 @@ import torch
 from sciml.cli.config import load_config
 from sciml.core.io.atomic import atomic_write_text
 from sciml.core.io.checkpoint import load_lightning_checkpoint
+from sciml.core.train import train
 from sciml.crystal.module import CrystalRegressor
 from sciml.crystal.task import datamodule as crystal_datamodule
-from sciml.core.train import train
 from sciml.uq import SplitConformal, coverage, mean_width
 from sciml.uq.callback import collect_predictions
 

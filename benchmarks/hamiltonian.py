@@ -30,13 +30,14 @@ import numpy as np
 import torch
 
 from sciml.cli.config import load_config
-from sciml.hamiltonian.data.datamodule import collate
-from sciml.hamiltonian.export import calibrate, evaluate, summarise
 from sciml.core.io.atomic import atomic_write_text
 from sciml.core.io.checkpoint import load_lightning_checkpoint
-from sciml.hamiltonian.module import HamiltonianModule
-from sciml.hamiltonian.task import build as build_hamiltonian, datamodule as hamiltonian_datamodule
 from sciml.core.train import train
+from sciml.hamiltonian.data.datamodule import collate
+from sciml.hamiltonian.export import calibrate, evaluate, summarise
+from sciml.hamiltonian.module import HamiltonianModule
+from sciml.hamiltonian.task import build as build_hamiltonian
+from sciml.hamiltonian.task import datamodule as hamiltonian_datamodule
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = {"ours": {}, "no_h0_input": {"network": {"use_h0": False}}, "no_reciprocal_loss": {"loss": {"eig": 0.0}}}
@@ -268,7 +269,8 @@ def main() -> None:
                    help="per-element DeepH crystal folders (sciml data hamiltonian --crystal); skipped if absent")
     p.add_argument("--only-crystals", action="store_true", help="run the crystal part only, merging into --output")
     p.add_argument("--no-crystal-network", action="store_true", help="crystals: closed-form ridge and H0 only")
-    p.add_argument("--crystal-steps", type=int, default=None, help="crystals: training epochs = full-batch steps (default: configs/hamiltonian/si-c.yaml)")
+    p.add_argument("--crystal-steps", type=int, default=None,
+                   help="crystals: training epochs = full-batch steps (default: configs/hamiltonian/si-c.yaml)")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "runs"))
     p.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "hamiltonian.json"))
     args = p.parse_args()

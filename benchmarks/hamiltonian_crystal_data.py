@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
+from sciml.core.io.atomic import atomic_write_text
 from sciml.hamiltonian.data.deeph import HARTREE_EV, read_deeph_tree
 from sciml.hamiltonian.periodic import structure_bands
-from sciml.core.io.atomic import atomic_write_text
 
 MEV = 1000 * HARTREE_EV
 OUT = Path(__file__).parent / "results" / "hamiltonian_crystal_data.json"

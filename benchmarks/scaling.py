@@ -26,8 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sciml.core.structures import read_structure
 from sciml.core.io.atomic import atomic_write_text
+from sciml.core.structures import read_structure
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "structures"
