@@ -2,25 +2,32 @@
 
 Cases
 -----
-* ``grn`` (≥ 3 seeds): the simulator's default screen (``configs/data/grn_default.yaml``) with the seed as data,
-  split and model seed; split ``combo_seen2`` (every single in training, held-out doubles). Reported per split
-  category and on the interaction-bearing doubles (‖ε_ab‖ above the noise floor, from the ground truth).
-* ``norman_additive``: Norman 2019 part of ``perturbench_devel.h5ad``, doubles with both singles seen.
-* ``norman_unseen_single``: the same file, held-out single genes.
+* ``grn/<setting>`` (≥ 3 seeds each): simulated screens of ``configs/data/grn_<setting>.yaml`` (``default``,
+  ``cooperative``: AND/OR terms with Hill n = 4 under activation, ``noisy``: incomplete variable knockdown, few
+  interacting pairs, zero inflation, batches) with the seed as data, split and model seed; split ``combo_seen2``
+  (every single in training, held-out doubles). Reported per condition (every held-out double), per split category
+  and on the interaction-bearing doubles (‖ε_ab‖ above the noise floor, from the ground truth).
+* ``norman_additive`` / ``norman_unseen_single``: Norman 2019 part of ``perturbench_devel.h5ad``.
+* ``mcfaline_cell_line``: McFaline 2023 part of the same file, cell-line transfer (A172 held out).
+  Real cases are skipped, with a note in the JSON, when the file is absent.
 
-Models: ``no_change``, ``train_mean``, ``additive``, ``linear`` (:mod:`sciml.perturbation.baselines.simple`), the learned
-per-gene ``combination`` rule (:mod:`sciml.perturbation.baselines.combination`), our ``flow`` (the config's prior), with
-``--ablation`` also ``flow_additive_prior`` (the earlier model: ``model.flow.prior: additive``, free mean
-remainder ``remainder_mean: 1``), and
-the ``noise_ceiling`` (half of the real cells predicting the other half). Metrics: all of
-:mod:`sciml.perturbation.metrics` per condition, their means per category, train time (s), cells generated per second
-(ODE sampling, one thread), and the coverage of the conformal effect bands: on the test conditions, and averaged
-over 500 random re-splits of the pooled calibration + test conditions (the usual estimate of conformal coverage
-with few conditions). Writes ``benchmarks/results/perturbation.json``.
+Models: ``no_change``, ``train_mean``, ``additive``, ``linear`` (:mod:`sciml.perturbation.baselines.simple`), the
+learned per-gene ``combination`` rule (:mod:`sciml.perturbation.baselines.combination`), our ``flow`` (config recipe:
+rule shrunk towards additive by λ chosen on val, then the additive fallback when it does not beat additive on
+val — the same steps as ``sciml export``), and the ``noise_ceiling`` (half of the real cells predicting the other half).
+Per case: all metrics of :mod:`sciml.perturbation.metrics` per condition, the flow/additive MSE ratio of every
+held-out double and the worst one, the share of negative generated values, the val check, λ, train time,
+cells generated per second, and the coverage of the conformal effect bands (on the test conditions, and averaged
+over 500 random re-splits of the pooled calibration + test conditions). With ``--speed`` (first simulator case):
+today's sampler (10 RK4 steps, one condition per call, everything recomputed at every step) side by side with
+the fast one (Euler steps on the straight path, conditions batched, the step-independent context cached) on val and
+test: metrics vs steps and cells per second. Writes ``benchmarks/results/perturbation.json``.
 
 Usage::
 
-    python benchmarks/perturbation.py [--seeds 0 1 2] [--threads 1] [--no-norman] [--ablation] [--epochs N]
+    python benchmarks/perturbation.py [--settings default cooperative noisy] [--seeds 0 1 2] [--threads 1]
+        [--no-real] [--no-sim] [--speed] [--epochs N] [--output PATH]
+    python benchmarks/perturbation.py --merge a.json b.json --output benchmarks/results/perturbation.json
 """
 
 from __future__ import annotations
@@ -35,26 +42,30 @@ import numpy as np
 import pandas as pd
 import torch
 
-from sciml.perturbation.data.anndata_io import read_h5ad, write_h5ad
-from sciml.perturbation.baselines.simple import BASELINES
-from sciml.perturbation.compare import evaluate_baselines
-from sciml.perturbation.metrics import evaluate, summarise
-from sciml.perturbation.sim.simulate import read_ground_truth, simulate
 from sciml.cli.config import apply_overrides, load_config
 from sciml.core.io.atomic import atomic_write_text
 from sciml.core.io.checkpoint import load_lightning_checkpoint
-from sciml.perturbation.module import PerturbationFlow
-from sciml.perturbation.evaluate import band_metrics, effects, split_predictions
-from sciml.perturbation.uncertainty import EffectBands
 from sciml.core.registry import build_datamodule
 from sciml.core.train import train
+from sciml.perturbation.baselines.simple import BASELINES
+from sciml.perturbation.compare import evaluate_baselines
+from sciml.perturbation.data.anndata_io import write_h5ad
+from sciml.perturbation.evaluate import band_metrics, effects, split_predictions
+from sciml.perturbation.metrics import evaluate, summarise
+from sciml.perturbation.module import PerturbationFlow
+from sciml.perturbation.nn import integrate
+from sciml.perturbation.predict import draw_controls
+from sciml.perturbation.select import apply_fallback, versus_additive
+from sciml.perturbation.sim.simulate import read_ground_truth, simulate
+from sciml.perturbation.uncertainty import EffectBands
 
 ROOT = Path(__file__).resolve().parents[1]
 METRICS = ["pearson_delta", "pearson_delta_de", "mse", "mae", "mse_de", "de_overlap", "discrimination", "energy",
            "mmd", "interaction_pearson"]
 HEADLINE = ["pearson_delta", "mse", "energy"]
 BASELINE_NAMES = (*BASELINES, "combination")
-ABLATION = {"flow_additive_prior": ["--model.flow.prior", "additive", "--model.flow.remainder_mean", "1.0"]}
+SETTINGS = ("default", "cooperative", "noisy")
+SPEED_STEPS = (("euler", 1), ("euler", 2), ("euler", 4), ("euler", 8), ("rk4", 10))
 
 
 def pooled_coverage(bands: EffectBands, cal: tuple, test: tuple, alpha: float, reps: int = 500, seed: int = 0) -> dict:
@@ -83,26 +94,79 @@ def train_flow(cfg: dict, run_dir: Path) -> tuple[PerturbationFlow, float]:
     return module.eval(), seconds
 
 
-def run_case(name: str, cfg: dict, run_dir: Path, n_cells: int, alpha: float, truth: dict | None,
-             variants: dict[str, list[str]] | None = None) -> dict:
-    """Train, predict and evaluate one case; baselines and noise ceiling on the same data module.
+def legacy_predictions(module: PerturbationFlow, dm, split: str, n_cells: int, seed: int) -> dict:
+    """Today's sampler before issue 14.
 
-    ``variants``: extra flow models ``{label: config overrides}`` trained and evaluated on the same split
-    (ablations; bands and timings are those of the main model).
+    One condition per call, 10 RK4 steps, the whole network (control tokens, their keys and values, perturbation
+    embedding) recomputed at every evaluation, no projection onto x ≥ 0.
+    """
+    out = {}
+    for key in dm.conditions[split]:
+        x_ctrl = torch.as_tensor(draw_controls(dm.control_matrix(key), n_cells, np.random.default_rng([seed, 0])),
+                                 dtype=torch.float32)[None]
+        pert = torch.as_tensor([dm.encode(key)], dtype=torch.long)
+        x0 = module.path.initial(x_ctrl, torch.Generator().manual_seed(seed * 1_000_003))
+        with torch.no_grad():
+            def field(x, t, x_ctrl=x_ctrl, pert=pert):
+                return module.velocity(x, t.expand(x.shape[:2]), x_ctrl, pert)
+
+            cells = integrate(field, x0, 10, "rk4")
+        out[key] = cells[0].numpy()
+    return out
+
+
+def _split_summary(cells: dict, dm, split: str, seed: int) -> dict:
+    table = evaluate(cells, dm, split, seed)
+    return {k: float(table[k].mean()) for k in ("mse", "pearson_delta", "energy", "mmd")} | {
+        "negative_share": float(np.mean([np.mean(x < 0) for x in cells.values()]))}
+
+
+def speed_table(module: PerturbationFlow, dm, n_cells: int, seed: int) -> dict:
+    """Today's sampler beside the fast one (metrics vs steps, cells per second) on val and test, one run."""
+    rows = []
+    for split in ("val", "test"):
+        n = len(dm.conditions[split]) * n_cells
+        start = time.perf_counter()
+        cells = legacy_predictions(module, dm, split, n_cells, seed)
+        rows.append({"sampler": "today (rk4 10, per condition, no cache)", "method": "rk4", "steps": 10,
+                     "evaluations": 40, "split": split, "cells_per_second": n / (time.perf_counter() - start)}
+                    | _split_summary(cells, dm, split, seed))
+        for method, steps in SPEED_STEPS:
+            start = time.perf_counter()
+            cells = split_predictions(module, dm, split, n_cells, seed, steps, method)
+            rows.append({"sampler": "fast (batched, cached, x >= 0)", "method": method, "steps": steps,
+                         "evaluations": steps * (4 if method == "rk4" else 1), "split": split,
+                         "cells_per_second": n / (time.perf_counter() - start)}
+                        | _split_summary(cells, dm, split, seed))
+    return {"rows": rows, "n_cells": n_cells, "config_sampler": [module.flow["method"], module.flow["steps"]]}
+
+
+def per_double(table: pd.DataFrame) -> dict:
+    """Flow / additive MSE of every held-out condition and the worst ratio."""
+    flow = table[table["model"] == "flow"].set_index("condition")["mse"]
+    add = table[table["model"] == "additive"].set_index("condition")["mse"]
+    ratio = (flow / add).to_dict()
+    worst = max(ratio, key=ratio.get) if ratio else None
+    return {"mse_ratio_to_additive": ratio, "worst_condition": worst,
+            "worst_ratio": ratio[worst] if worst else None}
+
+
+def run_case(name: str, cfg: dict, run_dir: Path, n_cells: int, alpha: float, truth: dict | None,
+             speed: bool = False) -> dict:
+    """Train, choose on val (λ at build, additive fallback after training), predict and evaluate one case.
+
+    Baselines and the noise ceiling run on the same data module.
     """
     seed = int(cfg.get("seed", 0))
     module, train_s = train_flow(cfg, run_dir)
     dm = build_datamodule(cfg, None)
+    check = versus_additive(module, dm, n_cells, seed)
+    fallback = apply_fallback(module, check)
     start = time.perf_counter()
     test_cells = split_predictions(module, dm, "test", n_cells, seed)
     gen_s = time.perf_counter() - start
     frames = [evaluate_baselines(dm, "test", n_cells=n_cells, seed=seed, truth=truth, names=BASELINE_NAMES),
               evaluate(test_cells, dm, "test", seed, truth=truth).assign(model="flow")]
-    for label, overrides in (variants or {}).items():
-        var_cfg = apply_overrides(copy.deepcopy(cfg), overrides)
-        var_module, _ = train_flow(var_cfg, run_dir.with_name(f"{run_dir.name}_{label}"))
-        cells = split_predictions(var_module, dm, "test", n_cells, seed)
-        frames.append(evaluate(cells, dm, "test", seed, truth=truth).assign(model=label))
     table = pd.concat(frames, ignore_index=True)
     fit = effects(split_predictions(module, dm, "val", n_cells, seed), dm)
     cal = effects(split_predictions(module, dm, "calib", n_cells, seed), dm)
@@ -111,107 +175,147 @@ def run_case(name: str, cfg: dict, run_dir: Path, n_cells: int, alpha: float, tr
     result = {"case": name, "seed": seed, "split": dm.split["kind"], "n_genes": len(dm.genes),
               "conditions": {k: len(v) for k, v in dm.conditions.items()}, "train_seconds": train_s,
               "cells_per_second": len(test_cells) * n_cells / gen_s, "n_cells": n_cells,
+              "sampler": [module.flow["method"], module.flow["steps"]], "shrink": module.flow["shrink"],
+              "val_check": check, "additive_fallback": fallback,
+              "negative_share": float(np.mean([np.mean(x < 0) for x in test_cells.values()])),
               "bands": band_metrics(bands, *test) | pooled_coverage(bands, cal, test, alpha) | {"alpha": alpha},
+              "per_double": per_double(table),
               "per_condition": table.replace({np.nan: None}).to_dict("records"), "summary": {}}
     for model, rows in table.groupby("model"):
         result["summary"][model] = summarise(rows)[METRICS].replace({np.nan: None}).to_dict("index")
         if "interacting" in rows and rows["interacting"].fillna(False).astype(bool).any():
             inter = rows[rows["interacting"].fillna(False).astype(bool)][METRICS].mean()
             result["summary"][model]["interacting_doubles"] = inter.replace({np.nan: None}).to_dict()
+    if speed:
+        result["speed"] = speed_table(module, dm, n_cells, seed)
     return result
 
 
-def grn_case(seed: int, base: dict, data_cfg: dict, work: Path, n_cells: int, alpha: float,
-             variants: dict[str, list[str]] | None = None) -> dict:
-    """Simulate the default screen with ``seed`` and run the case on it."""
-    path = work / f"grn_seed{seed}.h5ad"
-    write_h5ad(simulate(data_cfg | {"seed": seed}), path)
+def grn_case(setting: str, seed: int, base: dict, work: Path, n_cells: int, alpha: float, speed: bool) -> dict:
+    """Simulate ``configs/data/grn_<setting>.yaml`` with ``seed`` and run the case on it."""
+    data_cfg = load_config(ROOT / "configs" / "data" / f"grn_{setting}.yaml")["grn"]
+    path = work / f"grn_{setting}_seed{seed}.h5ad"
+    adata = simulate(data_cfg | {"seed": seed})
+    write_h5ad(adata, path)
+    truth = read_ground_truth(adata)
     cfg = copy.deepcopy(base)
     cfg["seed"] = seed
     cfg["data"] |= {"path": str(path), "split": cfg["data"]["split"] | {"seed": seed}}
-    out = run_case("grn", cfg, work / f"grn_seed{seed}", n_cells, alpha, read_ground_truth(read_h5ad(path)), variants)
-    out["fraction_interacting"] = read_ground_truth(read_h5ad(path))["fraction_interacting"]
-    return out
+    out = run_case(f"grn/{setting}", cfg, work / f"grn_{setting}_seed{seed}", n_cells, alpha, truth, speed)
+    return out | {"setting": setting, "fraction_interacting": truth["fraction_interacting"]}
 
 
-def verdict(grn: list[dict]) -> dict:
-    """Whether each flow model beats additive, linear and combination on the interaction-bearing doubles, per seed.
-
-    Keys ``seed<k>`` (the main ``flow`` model) and ``seed<k>/<variant>`` (ablations).
-    """
-    out = {}
-    for r in grn:
+def done_when(results: dict) -> dict:
+    """Issue 14's bars per simulator case, and the Norman and speed bars."""
+    rows = []
+    for r in results.get("grn", []):
         s = r["summary"]
-        for model in [m for m in s if m.startswith("flow")]:
-            ours = s[model].get("interacting_doubles", {})
-            row = {}
-            for base in ("additive", "linear", "combination"):
-                theirs = s.get(base, {}).get("interacting_doubles", {})
-                if ours and theirs:
-                    row[base] = {"pearson_delta": ours["pearson_delta"] > theirs["pearson_delta"],
-                                 "mse": ours["mse"] < theirs["mse"], "energy": ours["energy"] < theirs["energy"]}
-            out[f"seed{r['seed']}" + ("" if model == "flow" else f"/{model}")] = row
+        flow, add = s["flow"]["all"]["mse"], s["additive"]["all"]["mse"]
+        rows.append({"setting": r["setting"], "seed": r["seed"], "flow_mse": flow, "additive_mse": add,
+                     "ratio": flow / add, "mean_le_075_additive": flow <= 0.75 * add,
+                     "worst_ratio": r["per_double"]["worst_ratio"],
+                     "no_double_over_2x": r["per_double"]["worst_ratio"] <= 2.0,
+                     "negative_share": r["negative_share"], "zero_negative": r["negative_share"] == 0.0,
+                     "coverage_resplit": r["bands"]["coverage_simultaneous_resplit"],
+                     "additive_fallback": r["additive_fallback"], "shrink": r["shrink"]})
+    out = {"grn": rows}
+    norman = [r for r in results.get("real", []) if r["case"].startswith("norman")]
+    if norman:
+        flow = float(np.mean([r["summary"]["flow"]["all"]["mse"] for r in norman]))
+        add = float(np.mean([r["summary"]["additive"]["all"]["mse"] for r in norman]))
+        out["norman"] = {"flow_mse_mean_over_splits": flow, "additive_mse_mean_over_splits": add,
+                         "not_worse_than_additive": flow <= add}
     return out
 
 
 def print_case(r: dict) -> None:
     """Table of the headline metrics (all test conditions, and interaction-bearing doubles if any)."""
     print(f"\n== {r['case']} seed {r['seed']} ({r['split']}, {r['conditions']}) train {r['train_seconds']:.0f} s, "
-          f"{r['cells_per_second']:.0f} cells/s; bands: {r['bands']}")
+          f"{r['cells_per_second']:.0f} cells/s; λ {r['shrink']}, val {r['val_check']}, fallback "
+          f"{r['additive_fallback']}; worst double {r['per_double']['worst_ratio']}; bands: {r['bands']}")
     rows = {m: {k: v["all"][k] for k in METRICS} for m, v in r["summary"].items()}
     print(pd.DataFrame(rows).T.round(4).to_string())
-    inter = {m: v["interacting_doubles"] for m, v in r["summary"].items() if "interacting_doubles" in v}
-    if inter:
-        print("interaction-bearing doubles:")
-        print(pd.DataFrame(inter).T[HEADLINE + ["interaction_pearson"]].round(4).to_string())
+    if "speed" in r:
+        print(pd.DataFrame(r["speed"]["rows"]).round(4).to_string())
+
+
+def merge(paths: list[str]) -> dict:
+    """One result from several partial runs (e.g. simulator and real data in two processes)."""
+    parts = [json.loads(Path(p).read_text()) for p in paths]
+    out = {k: v for k, v in parts[0].items() if k not in ("grn", "real", "done_when")}
+    out["grn"] = [r for p in parts for r in p.get("grn", [])]
+    out["real"] = [r for p in parts for r in p.get("real", [])]
+    out["notes"] = [n for p in parts for n in p.get("notes", [])]
+    out["done_when"] = done_when(out)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the cases and write the JSON."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=SETTINGS)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--epochs", type=int, default=None, help="override trainer.max_epochs")
-    p.add_argument("--steps-per-epoch", type=int, default=None, help="override data.steps_per_epoch (smoke runs)")
+    p.add_argument("--steps-per-epoch", type=int, default=None, help="override data.steps_per_epoch")
     p.add_argument("--n-cells", type=int, default=200, help="generated cells per test condition")
-    p.add_argument("--no-norman", action="store_true")
-    p.add_argument("--ablation", action="store_true", help="also train flow_additive_prior on the simulator seeds")
+    p.add_argument("--no-real", action="store_true", help="skip Norman and McFaline")
+    p.add_argument("--no-sim", action="store_true", help="skip the simulator settings")
+    p.add_argument("--speed", action="store_true", help="today's vs the fast sampler on the first simulator case")
+    p.add_argument("--merge", nargs="+", default=None, help="merge partial JSON results into --output")
     p.add_argument("--set", nargs="*", default=[], help="config overrides for every case, e.g. --set "
                    "--model.flow.prior_dropout 0 (after --set, as in `sciml fit`)")
     p.add_argument("--work", default="benchmarks/runs/perturbation")
     p.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "perturbation.json"))
     args, extra = p.parse_known_args(argv)
+    if args.merge:
+        atomic_write_text(args.output, json.dumps(merge(args.merge), indent=1, default=float))
+        print(f"wrote {args.output}")
+        return 0
     args.set = args.set + extra
     torch.set_num_threads(args.threads)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    grn_cfg = load_config(ROOT / "configs" / "perturbation" / "grn_default.yaml")
-    norman_cfg = load_config(ROOT / "configs" / "perturbation" / "norman_devel.yaml")
-    for cfg in (grn_cfg, norman_cfg):
+    names = {"grn": "grn_default", "norman": "norman_devel", "mcfaline": "mcfaline_devel"}
+    cfgs = {k: load_config(ROOT / "configs" / "perturbation" / f"{v}.yaml") for k, v in names.items()}
+    for cfg in cfgs.values():
         apply_overrides(cfg, args.set)
         cfg["threads"] = args.threads
         if args.epochs:
             cfg["trainer"]["max_epochs"] = args.epochs
         if args.steps_per_epoch:
             cfg["data"]["steps_per_epoch"] = args.steps_per_epoch
-    sim_cfg = load_config(ROOT / "configs" / "data" / "grn_default.yaml")["grn"]
-    alpha = float(grn_cfg["calibration"]["alpha"])
-    results = {"threads": args.threads, "torch": torch.__version__, "alpha": alpha, "grn": [], "norman": []}
-    for seed in args.seeds:
-        results["grn"].append(grn_case(seed, grn_cfg, sim_cfg, work, args.n_cells, alpha,
-                                       ABLATION if args.ablation else None))
-        print_case(results["grn"][-1])
-        results["verdict_grn"] = verdict(results["grn"])
-        atomic_write_text(args.output, json.dumps(results, indent=1, default=float))  # partial results
-    if not args.no_norman and Path(norman_cfg["data"]["path"]).exists():
-        for kind in ("additive", "unseen_single"):
-            cfg = copy.deepcopy(norman_cfg)
-            cfg["data"]["split"]["kind"] = kind
-            r = run_case(f"norman_{kind}", cfg, work / f"norman_{kind}", args.n_cells, alpha, None)
-            results["norman"].append(r)
-            print_case(r)
-    atomic_write_text(args.output, json.dumps(results, indent=1, default=float))
-    print(f"\nverdict (flow better than baseline on interaction-bearing doubles): {results['verdict_grn']}")
+    alpha = float(cfgs["grn"]["calibration"]["alpha"])
+    results = {"threads": args.threads, "torch": torch.__version__, "alpha": alpha,
+               "epochs": {k: c["trainer"]["max_epochs"] for k, c in cfgs.items()}, "grn": [], "real": [], "notes": []}
+
+    def save() -> None:
+        results["done_when"] = done_when(results)
+        atomic_write_text(args.output, json.dumps(results, indent=1, default=float))
+
+    if not args.no_sim:
+        for setting in args.settings:
+            for seed in args.seeds:
+                speed = args.speed and not results["grn"]
+                results["grn"].append(grn_case(setting, seed, cfgs["grn"], work, args.n_cells, alpha, speed))
+                print_case(results["grn"][-1])
+                save()
+    if not args.no_real:
+        real = [("norman_additive", "norman", {"kind": "additive"}),
+                ("norman_unseen_single", "norman", {"kind": "unseen_single"}),
+                ("mcfaline_cell_line", "mcfaline", {})]
+        for case, key, split in real:
+            cfg = copy.deepcopy(cfgs[key])
+            if not (ROOT / cfg["data"]["path"]).exists() and not Path(cfg["data"]["path"]).exists():
+                results["notes"].append(f"{case}: skipped, {cfg['data']['path']} not present")
+                continue
+            cfg["data"]["split"] |= split
+            results["real"].append(run_case(case, cfg, work / case, args.n_cells, float(cfg["calibration"]["alpha"]),
+                                            None))
+            print_case(results["real"][-1])
+            save()
+    save()
+    print(f"\ndone when: {json.dumps(results['done_when'], indent=1, default=float)}")
     print(f"wrote {args.output}")
     return 0
 

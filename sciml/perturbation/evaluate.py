@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from sciml.perturbation.data.table import split_key
 from sciml.perturbation.module import PerturbationFlow
 from sciml.perturbation.predict import generate
 from sciml.perturbation.uncertainty import EffectBands
@@ -12,11 +13,19 @@ from sciml.perturbation.uncertainty import EffectBands
 
 def split_predictions(module: PerturbationFlow, dm, split: str, n_cells: int = 128, seed: int = 0,
                       steps: int | None = None, method: str | None = None) -> dict[str, np.ndarray]:
-    """Generated cells ``(n_cells, G)`` per condition of ``dm.conditions[split]``, from that condition's controls."""
-    out = {}
+    """Generated cells ``(n_cells, G)`` per condition of ``dm.conditions[split]``, from that condition's controls.
+
+    Conditions sharing a control population (cell type) are generated together, in batches of conditions.
+    """
+    groups: dict[str, list[str]] = {}
     for key in dm.conditions[split]:
-        out[key] = generate(module, dm.control_matrix(key), [dm.encode(key)], n_cells, seed, steps, method)[0]
-    return out
+        groups.setdefault(split_key(dm.key(key))[1], []).append(key)
+    out = {}
+    for keys in groups.values():
+        cells = generate(module, dm.control_matrix(keys[0]), [dm.encode(k) for k in keys], n_cells, seed, steps,
+                         method)
+        out |= dict(zip(keys, cells, strict=True))
+    return {key: out[key] for key in dm.conditions[split]}
 
 
 def effects(cells: dict[str, np.ndarray], dm) -> tuple[torch.Tensor, torch.Tensor]:

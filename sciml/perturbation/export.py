@@ -8,18 +8,33 @@ from sciml.core.io import card
 from sciml.core.io.artifact import save_artifact
 from sciml.perturbation.evaluate import band_metrics, effects, split_predictions
 from sciml.perturbation.module import PerturbationFlow
+from sciml.perturbation.select import apply_fallback, versus_additive
 from sciml.perturbation.uncertainty import EffectBands
 
 HEADLINE = ("pearson_delta", "pearson_delta_de", "mse", "mae", "energy", "mmd", "discrimination")
 
 
-def model_card(name: str, cfg: dict, data: dict, metrics: dict, alpha: float) -> str:
-    """Markdown model card (:func:`sciml.core.io.card.model_card`) filled with the perturbation sections."""
+def model_card(name: str, cfg: dict, data: dict, metrics: dict, alpha: float, check: dict | None = None) -> str:
+    """Markdown model card (:func:`sciml.core.io.card.model_card`) filled with the perturbation sections.
+
+    ``check``: :func:`sciml.perturbation.select.versus_additive` on val (stated, with the fallback it decided).
+    """
     sizes = {k: len(v) for k, v in data["conditions"].items()}
+    flow = cfg["module"].get("flow") or {}
     summary = ("Conditional flow-matching model (PAD-Transformer backbone) of single-cell perturbation response: "
                "generates perturbed cells from control cells for single and double gene perturbations over "
                f"{len(cfg['module']['genes'])} genes (log1p expression). Mean prior of a double: "
-               f"{(cfg['module'].get('flow') or {}).get('prior', 'additive')} (`flow.prior`).")
+               f"{flow.get('prior', 'additive')} (`flow.prior`, weight over additive `flow.shrink` = "
+               f"{flow.get('shrink', 1.0)}). Generated values are projected onto x ≥ 0 (log1p of counts).")
+    if check is not None:
+        verdict = (f"on the {check['n_val']} val conditions the model's mean MSE is {check['flow_mse']:.4g} against "
+                   f"{check['additive_mse']:.4g} for the additive baseline" if check["n_val"] else "val is empty")
+        if flow.get("additive_fallback"):
+            summary += (f"\n\n**This model does not beat the additive baseline on val** ({verdict}): it predicts "
+                        "with the additive prior (`flow.additive_fallback: true`; the generated mean effect is the sum "
+                        "of the measured single effects, the network only shapes the cells around it).")
+        else:
+            summary += f"\n\nBetter than the additive baseline on val: {verdict}."
     sources = [f"- source: `{cfg['data']['path']}` (sha256 `{data['data_sha256'][:16]}…`)",
                f"- split `{data['split']['kind']}` (seed {data['split']['seed']}): conditions per split {sizes}"]
     measured = [f"- {k}: {metrics[k]:.4f}" for k in HEADLINE if k in metrics]
@@ -58,6 +73,9 @@ def export(ckpt: str | Path, state: dict, output: str | Path, cfg: dict, calibra
     module.load_state_dict(state["state_dict"], strict=True)
     module.eval()
     dm = datamodule(cfg, None)
+    check = versus_additive(module, dm, n_cells, seed)
+    apply_fallback(module, check)
+    hparams = dict(module.hparams)
     test_cells = split_predictions(module, dm, "test", n_cells, seed)
     table = evaluate(test_cells, dm, "test", seed)
     metrics = {k: float(table[k].mean()) for k in HEADLINE if k in table}
@@ -72,8 +90,8 @@ def export(ckpt: str | Path, state: dict, output: str | Path, cfg: dict, calibra
     art_cfg = {"task": "perturbation", "module": hparams, "data": cfg["data"]}
     metadata = {"task": "perturbation", "target": {"name": "expression", "unit": "log1p(counts/library·1e4)"},
                 "genes": module.measured_genes, "perturbation_genes": list(hparams["genes"]), "data": data,
-                "split_sizes": {k: len(v) for k, v in dm.conditions.items()}, "metrics": metrics,
+                "split_sizes": {k: len(v) for k, v in dm.conditions.items()}, "metrics": metrics, "val_check": check,
                 "source_checkpoint": ckpt.name}
     save_artifact(output, config=art_cfg, state_dict=module.state_dict(), metadata=metadata, calibrator=calibrator,
-                  card=model_card(Path(output).name, art_cfg, data, metrics, alpha))
+                  card=model_card(Path(output).name, art_cfg, data, metrics, alpha, check))
     return metrics

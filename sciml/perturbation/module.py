@@ -26,8 +26,10 @@ from sciml.perturbation.nn.combination import CombinationRule
 FLOW_DEFAULTS = {"path": "control", "sigma": 0.1, "ot": True, "mmd_weight": 2.0, "mmd_scales": list(RBF_SCALES),
                  "steps": 20, "method": "rk4", "val_steps": 4, "max_genes": None, "prior_dropout": 0.2,
                  "additive_skip": True, "prior": "additive", "combination_hidden": 32,
-                 "remainder_mean": 1.0}
+                 "remainder_mean": 1.0, "shrink": 1.0, "own_genes": "rule", "nonnegative": True,
+                 "additive_fallback": False}
 PRIORS = ("additive", "combination")
+OWN_GENES = ("rule", "additive")
 PRIOR_CHANNELS = 4
 OPTIM_DEFAULTS = {"lr": 1e-3, "weight_decay": 1e-4, "scheduler": "cosine"}
 
@@ -69,6 +71,17 @@ class PerturbationFlow(L.LightningModule):
         ``flow.remainder_mean`` ``w`` ∈ [0, 1] shrinks the network's per-condition mean velocity (over the
         condition's cells) to ``w`` times itself for conditions whose singles are all known: ``w = 0`` fixes the
         generated mean effect to the prior mean and the network only shapes the distribution around it.
+        Robustness settings (issue 14): ``flow.shrink`` ``λ`` ∈ [0, 1] mixes the rule with additive,
+        ``prior = Δa + Δb + λ·(rule − Δa − Δb)`` (``"auto"``: chosen on val by
+        :func:`sciml.perturbation.select.choose_shrink` when the model is built; 1 until then);
+        ``flow.own_genes: additive`` keeps the perturbed genes' own columns of a double at their measured singles'
+        sum (the rule corrects only the other genes); ``flow.nonnegative`` projects generated cells onto
+        ``x ≥ 0`` after the last ODE step (log1p values below zero become 0, i.e. zero counts; this can only raise
+        a gene's mean, by ``E[max(−x, 0)]`` of the unprojected sample); ``flow.additive_fallback`` (set at export
+        when the model does not beat additive on val, :func:`sciml.perturbation.select.apply_fallback`) fixes the
+        generated mean effect of every condition to the additive prior (a single never measured in training:
+        the mean of the training singles' effects, as the additive baseline) and the network only shapes the
+        cells around it.
 
     """
 
@@ -85,6 +98,8 @@ class PerturbationFlow(L.LightningModule):
         self.optim = OPTIM_DEFAULTS | (optim or {})
         if self.flow["prior"] not in PRIORS:
             raise ValueError(f"flow.prior is {self.flow['prior']!r}; known: {list(PRIORS)}")
+        if self.flow["own_genes"] not in OWN_GENES:
+            raise ValueError(f"flow.own_genes is {self.flow['own_genes']!r}; known: {list(OWN_GENES)}")
         self.combination = None
         if self.flow["prior"] == "combination":
             self.combination = CombinationRule(int(self.flow["combination_hidden"])).requires_grad_(False)
@@ -121,14 +136,58 @@ class PerturbationFlow(L.LightningModule):
         self.combination.requires_grad_(False)
         return mse
 
-    def _prior_mean(self, d: Tensor, known: Tensor, valid: Tensor, genes: Tensor | None) -> Tensor:
-        """Prior mean effect ``(C, G)``: ``Δa + Δb`` or, for doubles with both singles known, the combination rule."""
+    def set_flow(self, **values) -> None:
+        """Change flow settings after construction (saved with the checkpoint / artifact config)."""
+        self.flow |= values
+        self.hparams["flow"] = dict(self.hparams.get("flow") or {}) | values
+
+    def shrink(self) -> float:
+        """Weight ``λ`` of the combination rule over additive (``0`` under ``additive_fallback``; ``auto``: 1)."""
+        if self.flow["additive_fallback"]:
+            return 0.0
+        value = self.flow["shrink"]
+        return 1.0 if value == "auto" else float(value)
+
+    def _prior_mean(self, d: Tensor, known: Tensor, valid: Tensor, genes: Tensor | None,
+                    pert: Tensor | None = None) -> Tensor:
+        """Prior mean effect ``(C, G)`` of single effects ``d`` ``(C, P, G)``.
+
+        ``Δa + Δb``, or for doubles with both singles known ``Δa + Δb + λ·(rule − Δa − Δb)``, with the perturbed
+        genes' own columns additive under ``own_genes: additive``.
+        """
         total = d.sum(1)
-        if self.combination is None or d.shape[1] != 2:
+        lam = self.shrink()
+        if self.combination is None or d.shape[1] != 2 or lam == 0.0:
             return total
         mu0 = self.ctrl_mean if genes is None else self.ctrl_mean[genes]
         both = (known.all(-1) & valid.all(-1))[:, None]
-        return torch.where(both, self.combination(d[:, 0], d[:, 1], mu0), total)
+        if self.flow["own_genes"] == "additive" and pert is not None:
+            both = both & ~self._own_columns(pert, genes, d.shape[-1])
+        rule = self.combination(d[:, 0], d[:, 1], mu0)
+        return torch.where(both, total + lam * (rule - total), total)
+
+    @staticmethod
+    def _own_columns(pert: Tensor, genes: Tensor | None, n: int) -> Tensor:
+        """Bool ``(C, G)``: column ``g`` is one of the condition's perturbed genes."""
+        idx = torch.arange(n, device=pert.device) if genes is None else genes
+        return (idx[None, :, None] == pert[:, None, :]).any(-1)
+
+    def prior_mean(self, pert: Tensor, genes: Tensor | None = None) -> Tensor:
+        """Mean effect ``(C, G)`` the prior assigns to ``pert`` ``(C, P)``.
+
+        No dropout; it is the generated mean under ``remainder_mean: 0``: the sum of the known singles' effects or
+        the shrunk rule for doubles; under ``additive_fallback`` an unknown single counts as the mean training
+        single effect.
+        """
+        valid = pert >= 0
+        known = valid & self.has_effect[pert.clamp_min(0)]
+        d = self.single_effect[pert.clamp_min(0)] * known[..., None]
+        if self.flow["additive_fallback"] and bool(self.has_effect.any()):
+            mean = self.single_effect[self.has_effect].mean(0)
+            d = d + (valid & ~known)[..., None] * mean
+        if genes is not None:
+            d = d[..., genes]
+        return self._prior_mean(d, known, valid, genes, pert)
 
     def prior(self, pert: Tensor, genes: Tensor | None = None) -> Tensor | None:
         """Effect-prior channels ``(C, G, 4)`` of ``pert`` ``(C, P)``; ``None`` when ``effect_prior`` is off."""
@@ -143,40 +202,63 @@ class PerturbationFlow(L.LightningModule):
             d = d[..., genes]
         counts = torch.stack([known.sum(-1), valid.sum(-1)], -1).to(d.dtype) / pert.shape[-1]  # (C, 2)
         prod = d.prod(1) if d.shape[1] > 1 else torch.zeros_like(d[:, 0])
-        feats = torch.stack([self._prior_mean(d, known, valid, genes), prod], -1)
+        feats = torch.stack([self._prior_mean(d, known, valid, genes, pert), prod], -1)
         return torch.cat([feats, counts[:, None].expand(-1, d.shape[-1], -1)], -1)
 
     def velocity(self, x: Tensor, t: Tensor, x_ctrl: Tensor, pert: Tensor, genes: Tensor | None = None,
-                 prior: Tensor | None = None) -> Tensor:
+                 prior: Tensor | None = None, context: dict | None = None) -> Tensor:
         """``v_θ`` for ``x``, ``x_ctrl`` ``(C, N, G)``, ``t`` ``(C, N)``, ``pert`` ``(C, P)`` → ``(C, N, G)``.
 
         ``prior``: effect-prior channels ``(C, G, k)`` from :meth:`prior` (computed here when ``None``). With
         ``flow.max_genes = K < G`` and no explicit ``genes``, the genes are split into ``⌈G/K⌉`` strided chunks
         evaluated separately (the gene-subset sizes seen in training; attention cost ``G·K`` instead of ``G²``).
+        ``context``: :meth:`context` of ``x_ctrl, pert`` (what does not change across ODE steps), precomputed.
         """
+        context = self.context(x_ctrl, pert, genes, prior) if context is None else context
+        if "chunks" in context:  # evaluation on a gene subset size seen in training: strided chunks
+            out = torch.empty_like(x)
+            for idx, sub in context["chunks"]:
+                out[..., idx] = self.velocity(x[..., idx], t, x_ctrl[..., idx], pert, idx, context=sub)
+            return out
         c, n, g = x.shape
+        v = self.net(x.reshape(c * n, g), t.reshape(-1), context=context["net"]).view(c, n, g)
+        if context["shift"] is not None:
+            w = 0.0 if self.flow["additive_fallback"] and not self.training else float(self.flow["remainder_mean"])
+            if w != 1.0:  # shrink the mean remainder where the prior is complete (all perturbed singles known)
+                v = torch.where(context["full"], v - (1.0 - w) * v.mean(1, keepdim=True), v)
+            v = v + context["shift"]  # start from the prior mean (additive or combination); network: the rest
+        return v
+
+    def context(self, x_ctrl: Tensor, pert: Tensor, genes: Tensor | None = None, prior: Tensor | None = None) -> dict:
+        """What :meth:`velocity` needs besides ``x`` and ``t`` (constant across ODE steps).
+
+        Network context (control tokens, their keys and values, perturbation embedding, mask), the prior mean
+        added to the velocity (``shift`` ``(C, 1, G)``) and where the remainder mean is removed (``full``
+        ``(C, 1, 1)``); per gene chunk under ``max_genes``.
+        """
+        c, n, g = x_ctrl.shape
         prior = self.prior(pert, genes) if prior is None else prior
         k = self.flow["max_genes"]
-        if genes is None and k and g > k:  # evaluation on a gene subset size seen in training: strided chunks
-            out = torch.empty_like(x)
+        if genes is None and k and g > k:
             n_chunks = -(-g // k)
+            chunks = []
             for i in range(n_chunks):
-                idx = torch.arange(i, g, n_chunks, device=x.device)
+                idx = torch.arange(i, g, n_chunks, device=x_ctrl.device)
                 sub = None if prior is None else prior[:, idx]
-                out[..., idx] = self.velocity(x[..., idx], t, x_ctrl[..., idx], pert, idx, sub)
-            return out
+                chunks.append((idx, self.context(x_ctrl[..., idx], pert, idx, sub)))
+            return {"chunks": chunks}
         ctrl_mean = x_ctrl.mean(1, keepdim=True).expand_as(x_ctrl)
-        flat = [a.reshape(c * n, g) for a in (x, x_ctrl, ctrl_mean)]
         p = pert[:, None].expand(c, n, pert.shape[-1]).reshape(c * n, -1)
         per_cell = None if prior is None else prior[:, None].expand(c, n, g, prior.shape[-1]).reshape(c * n, g, -1)
-        v = self.net(flat[0], t.reshape(-1), flat[1], flat[2], p, genes, per_cell).view(c, n, g)
+        net = self.net.encode_context(x_ctrl.reshape(c * n, g), ctrl_mean.reshape(c * n, g), p, genes, per_cell)
+        out = {"net": net, "shift": None, "full": None}
         if prior is not None and self.flow["additive_skip"] and self.flow["path"] == "control":
-            w = float(self.flow["remainder_mean"])
-            if w != 1.0:  # shrink the mean remainder where the prior is complete (all perturbed singles known)
-                full = (prior[:, 0, 2] == prior[:, 0, 3])[:, None, None]
-                v = torch.where(full, v - (1.0 - w) * v.mean(1, keepdim=True), v)
-            v = v + prior[:, None, :, 0]  # start from the prior mean (additive or combination); network: the rest
-        return v
+            out["full"] = (prior[:, 0, 2] == prior[:, 0, 3])[:, None, None]
+            out["shift"] = prior[:, None, :, 0]
+            if self.flow["additive_fallback"] and not self.training:  # every condition: mean = additive prior
+                out["full"] = torch.ones_like(out["full"])
+                out["shift"] = self.prior_mean(pert, genes)[:, None]
+        return out
 
     def _subset(self, n_genes: int) -> Tensor | None:
         k = self.flow["max_genes"]
@@ -204,15 +286,17 @@ class PerturbationFlow(L.LightningModule):
                generator: torch.Generator | None = None, x0: Tensor | None = None) -> Tensor:
         """One generated cell per control cell: ``x_ctrl`` ``(C, N, G)``, ``pert`` ``(C, P)`` → ``(C, N, G)``.
 
-        ``x0``: start of the ODE (default: the path's start drawn with ``generator``).
+        ``x0``: start of the ODE (default: the path's start drawn with ``generator``). What does not change across
+        steps (:meth:`context`) is computed once. With ``flow.nonnegative`` the result is projected onto ``x ≥ 0``.
         """
         x0 = self.path.initial(x_ctrl, generator) if x0 is None else x0
-        prior = self.prior(pert)
+        context = self.context(x_ctrl, pert)
 
         def field(x: Tensor, t: Tensor) -> Tensor:
-            return self.velocity(x, t.expand(x.shape[:2]), x_ctrl, pert, prior=prior)
+            return self.velocity(x, t.expand(x.shape[:2]), x_ctrl, pert, context=context)
 
-        return integrate(field, x0, steps or self.flow["steps"], method or self.flow["method"])
+        x = integrate(field, x0, steps or self.flow["steps"], method or self.flow["method"])
+        return x.clamp_min(0.0) if self.flow["nonnegative"] else x
 
     def _log_all(self, stage: str, batch: dict, out: dict[str, Tensor]) -> None:
         c = len(batch["condition"])

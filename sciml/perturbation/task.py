@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import torch
 
 from sciml.perturbation.data.datamodule import PerturbationDataModule
 from sciml.perturbation.module import PerturbationFlow
+from sciml.perturbation.select import choose_shrink
+
+log = logging.getLogger(__name__)
 
 
 def datamodule(cfg: dict, run_dir: Path | None = None) -> PerturbationDataModule:
@@ -33,7 +37,13 @@ def build(cfg: dict, run_dir: Path | None = None) -> tuple[PerturbationDataModul
     model.net.set_graph(dm.gene_graph)
     singles = training_single_effects(dm)
     model.set_single_effects(singles)
-    model.fit_combination(training_doubles(dm), torch.as_tensor(dm.control_matrix().mean(0)), int(cfg.get("seed", 0)))
+    seed = int(cfg.get("seed", 0))
+    model.fit_combination(training_doubles(dm), torch.as_tensor(dm.control_matrix().mean(0)), seed)
+    if model.flow["shrink"] == "auto":  # the rule's weight over additive, chosen on val (+ cross-fitted train)
+        choice = choose_shrink(model, dm, seed=seed)
+        model.set_flow(shrink=choice["shrink"])
+        log.info("flow.shrink auto: %s (prior-mean MSE per value %s over %s doubles)", choice["shrink"],
+                 {k: round(v, 5) for k, v in choice["mse"].items()}, choice["n"])
     return dm, model
 
 

@@ -10,10 +10,10 @@ import yaml
 
 pytest.importorskip("anndata")
 
-from sciml.perturbation.data.anndata_io import read_h5ad  # noqa: E402
-from sciml.perturbation.baselines.simple import Additive  # noqa: E402
-from sciml.perturbation.data.datamodule import PerturbationDataModule  # noqa: E402
 from sciml.cli.main import main  # noqa: E402
+from sciml.perturbation.baselines.simple import Additive  # noqa: E402
+from sciml.perturbation.data.anndata_io import read_h5ad  # noqa: E402
+from sciml.perturbation.data.datamodule import PerturbationDataModule  # noqa: E402
 
 from .conftest import ROOT  # noqa: E402
 
@@ -36,11 +36,24 @@ def test_grn_cli_writes_readable_h5ad(tmp_path, capsys):
     np.testing.assert_allclose(dm.cells(test), adata.X[(adata.obs["condition"] == test).to_numpy()], rtol=1e-5)
 
 
-def test_grn_cli_default_config_matches_dataclass():
+@pytest.mark.parametrize("name", ["grn_default", "grn_cooperative", "grn_noisy"])
+def test_grn_cli_setting_configs_match_dataclass(name):
     from sciml.perturbation.sim.simulate import SimConfig
 
-    cfg = yaml.safe_load((ROOT / "configs" / "data" / "grn_default.yaml").read_text())["grn"]
+    cfg = yaml.safe_load((ROOT / "configs" / "data" / f"{name}.yaml").read_text())["grn"]
     SimConfig.from_dict(cfg)
+
+
+@pytest.mark.parametrize("name", ["grn_cooperative", "grn_noisy"])
+def test_grn_cli_runs_each_setting(tmp_path, capsys, name):
+    out = tmp_path / "sim.h5ad"
+    config = ROOT / "configs" / "data" / f"{name}.yaml"
+    assert main(["data", "grn", "--config", str(config), "--output", str(out), *SMALL, "--grn.n_masters", "5"]) == 0
+    adata = read_h5ad(out)
+    cfg = adata.uns["grn"]["config"]
+    assert cfg["hill"] == yaml.safe_load(config.read_text())["grn"].get("hill", 2.0)
+    assert set(adata.obs["batch"]) == {f"b{i}" for i in range(cfg["n_batches"])}
+    assert (adata.X >= 0).all() and adata.uns["grn"]["interaction"].shape == (10, 40)
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -156,7 +156,7 @@ def test_effect_prior_channels():
 
 
 def test_untrained_model_with_additive_skip_is_the_additive_baseline():
-    m = _model(sigma=0.0).eval()  # zero-initialised head: v = Δa + Δb exactly
+    m = _model(sigma=0.0, nonnegative=False).eval()  # zero-initialised head: v = Δa + Δb exactly (no projection)
     m.set_single_effects({0: torch.linspace(-1, 1, G), 1: torch.ones(G)})
     b = _batch()
     pred = m.predict_step(b).mean
@@ -189,7 +189,7 @@ def test_combination_rule_learns_a_saturating_interaction():
 
 
 def test_combination_prior_is_the_untrained_models_mean_and_round_trips():
-    m = _model(sigma=0.0, prior="combination").eval()
+    m = _model(sigma=0.0, prior="combination", nonnegative=False).eval()
     gen = torch.Generator().manual_seed(1)
     effects = {i: torch.randn(G, generator=gen) for i in range(6)}
     m.set_single_effects(effects)
@@ -205,7 +205,7 @@ def test_combination_prior_is_the_untrained_models_mean_and_round_trips():
     assert (expected - effects[0] - effects[1]).abs().max() > 1e-3  # ... which is not the additive effect
     torch.testing.assert_close(pred[1], effects[0], atol=1e-5, rtol=0)  # single: its measured effect
     torch.testing.assert_close(pred[2], effects[1], atol=1e-5, rtol=0)  # unknown partner: additive fallback
-    other = _model(sigma=0.0, prior="combination")
+    other = _model(sigma=0.0, prior="combination", nonnegative=False)
     other.load_state_dict(m.state_dict(), strict=True)
     torch.testing.assert_close(other.eval().predict_step(b).mean, pred)
 

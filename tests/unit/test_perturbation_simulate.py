@@ -88,3 +88,55 @@ def test_perturbation_types(kind):
     pert = (adata.obs["condition"] != "ctrl").to_numpy()
     assert (eff[~pert] == 0).all()
     assert (eff[pert] == 1).all() if kind == "knockout" else eff[pert].mean() == pytest.approx(3.0, rel=0.15)
+
+
+def _two_regulator_grn(logic_or: bool, hill: float = 2.0) -> GRN:
+    """Masters 0, 1 (basal 20) activate gene 2 through one two-regulator term (AND or OR)."""
+    return GRN(basal=np.array([20.0, 20.0, 0.0]), target=np.array([2]), regs=np.array([[0, 1]]),
+               activating=np.ones((1, 2), bool), half=np.full((1, 2), 20.0), strength=np.array([40.0]), hill=hill,
+               logic_or=np.array([logic_or]))
+
+
+def test_or_term_needs_both_regulators_down_and_term_is_and():
+    """OR: either regulator suffices (one knockout keeps the target ≥ half); AND: one knockout silences it."""
+    ones = np.ones(3)
+    for logic_or in (False, True):
+        grn = _two_regulator_grn(logic_or)
+        full = grn.steady_state(ones)[2]
+        one = grn.steady_state(np.array([0.0, 1.0, 1.0]))[2]
+        both = grn.steady_state(np.array([0.0, 0.0, 1.0]))[2]
+        phi = 0.5  # x = h: φ = 1/2 for each regulator
+        expected = 40 * (phi + phi - phi * phi if logic_or else phi * phi)
+        assert full == pytest.approx(expected)
+        assert both == pytest.approx(0.0)
+        assert one == pytest.approx(40 * phi if logic_or else 0.0)
+
+
+def test_hill_coefficient_sharpens_the_response():
+    low, high = _two_regulator_grn(True, 2.0), _two_regulator_grn(True, 4.0)
+    half = np.array([0.5, 0.0, 1.0])  # regulator 0 at half its level (10 = h/2), regulator 1 off
+    assert low.steady_state(half)[2] == pytest.approx(40 * 0.25 ** 1 / (1 + 0.25))  # (1/2)^2 / (1 + (1/2)^2)
+    assert high.steady_state(half)[2] == pytest.approx(40 * 0.0625 / (1 + 0.0625))  # (1/2)^4 / (1 + (1/2)^4)
+
+
+def test_new_knobs_off_leave_the_default_screen_unchanged_and_on_change_it(sim):
+    same = simulate(SMALL | {"seed": 1, "hill": 2.0, "or_share": 0.0, "zero_inflation": 0.0, "n_batches": 1})
+    np.testing.assert_array_equal(same.layers["counts"], sim.layers["counts"])
+    assert set(sim.obs["batch"]) == {"b0"}
+    noisy = simulate(SMALL | {"seed": 1, "zero_inflation": 0.3, "n_batches": 2, "batch_sd": 0.5})
+    zeros, base = (noisy.layers["counts"] == 0).mean(), (sim.layers["counts"] == 0).mean()
+    # a share p of counts zeroed on top of the NB zeros z: z + p(1 − z) in expectation (± binomial noise)
+    assert zeros == pytest.approx(base + 0.3 * (1 - base), abs=0.02)
+    assert set(noisy.obs["batch"]) == {"b0", "b1"}
+    ctrl = noisy[(noisy.obs["condition"] == "ctrl").to_numpy()]
+    by_batch = [np.log1p(ctrl.layers["counts"][(ctrl.obs["batch"] == b).to_numpy()].mean(0)) for b in ("b0", "b1")]
+    assert np.abs(by_batch[0] - by_batch[1]).mean() > 0.2  # per-gene batch factors, sd 0.5 in log
+
+
+def test_or_share_makes_or_terms():
+    rng = np.random.default_rng(0)
+    grn = random_grn(60, 6, 20, 0.8, rng, or_share=0.5)
+    two = grn.regs[:, 1] >= 0
+    assert grn.logic_or is not None and not grn.logic_or[~two].any()
+    assert 0.3 < grn.logic_or[two].mean() < 0.7
+    assert random_grn(60, 6, 20, 0.8, np.random.default_rng(0)).logic_or is None

@@ -74,22 +74,32 @@ class DifferentialAttention(nn.Module):
         b, length, _ = x.shape
         return x.view(b, length, self.heads * n_parts, -1).transpose(1, 2)
 
-    def attention_map(self, x: Tensor, context: Tensor | None = None, mask: Tensor | None = None) -> Tensor:
+    def keys_values(self, context: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys ``(B, heads, 2, Lk, d/2)`` and values ``(B, heads, Lk, d)`` of ``context`` ``(B, Lk, dim)``.
+
+        Cross-attention to a context that does not change across ODE steps computes them once.
+        """
+        return self._split(self.k(context), 2).unflatten(1, (self.heads, 2)), self._split(self.v(context), 1)
+
+    def attention_map(self, x: Tensor, context: Tensor | None = None, mask: Tensor | None = None,
+                      keys: Tensor | None = None) -> Tensor:
         """Differential map ``A``, shape ``(B, heads, Lq, Lk)`` (rows sum to ``1 − λ``)."""
         ctx = x if context is None else context
         q = self._split(self.q(x), 2).unflatten(1, (self.heads, 2))
-        k = self._split(self.k(ctx), 2).unflatten(1, (self.heads, 2))
+        k = self._split(self.k(ctx), 2).unflatten(1, (self.heads, 2)) if keys is None else keys
         a1 = masked_softmax_scores(q[:, :, 0], k[:, :, 0], mask)
         a2 = masked_softmax_scores(q[:, :, 1], k[:, :, 1], mask)
         return a1 - self.lam() * a2
 
-    def forward(self, x: Tensor, context: Tensor | None = None, mask: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, context: Tensor | None = None, mask: Tensor | None = None,
+                kv: tuple[Tensor, Tensor] | None = None) -> Tensor:
         """Attend from ``x`` ``(B, Lq, dim)`` to ``context`` ``(B, Lk, dim)`` (default ``x``); ``(B, Lq, dim)``.
 
-        ``mask``: optional bool ``(Lq, Lk)``, ``True`` where a query may attend to a key.
+        ``mask``: optional bool ``(Lq, Lk)``, ``True`` where a query may attend to a key. ``kv``: the context's
+        :meth:`keys_values`, precomputed (then ``context`` is not used).
         """
         ctx = x if context is None else context
-        a = self.attention_map(x, context, mask)
-        v = self._split(self.v(ctx), 1)
+        a = self.attention_map(x, context, mask, None if kv is None else kv[0])
+        v = self._split(self.v(ctx), 1) if kv is None else kv[1]
         heads = self.norm(a @ v) * (1.0 - self.lambda_init)
         return self.out(heads.transpose(1, 2).flatten(2))

@@ -39,11 +39,16 @@ class PADBlock(nn.Module):
         nn.init.zeros_(self.ada[1].weight)
         nn.init.zeros_(self.ada[1].bias)
 
-    def forward(self, h: Tensor, ctrl: Tensor, cond: Tensor, mask: Tensor | None) -> Tensor:
-        """``h`` ``(B, G, dim)``, ``ctrl`` ``(B, G, dim)``, ``cond`` ``(B, dim)`` → ``(B, G, dim)``."""
+    def forward(self, h: Tensor, ctrl: Tensor, cond: Tensor, mask: Tensor | None,
+                ctrl_kv: tuple[Tensor, Tensor] | None = None) -> Tensor:
+        """``h`` ``(B, G, dim)``, ``ctrl`` ``(B, G, dim)``, ``cond`` ``(B, dim)`` → ``(B, G, dim)``.
+
+        ``ctrl_kv``: the cross-attention keys and values of ``ctrl``, precomputed (constant across ODE steps).
+        """
         mods = self.ada(cond).chunk(9, -1)
         h = h + mods[2][:, None] * self.self_attn(modulate(self.norms[0](h), mods[0], mods[1]), mask=mask)
-        h = h + mods[5][:, None] * self.cross_attn(modulate(self.norms[1](h), mods[3], mods[4]), ctrl, mask)
+        h = h + mods[5][:, None] * self.cross_attn(modulate(self.norms[1](h), mods[3], mods[4]), ctrl, mask,
+                                                   ctrl_kv)
         return h + mods[8][:, None] * self.mlp(modulate(self.norms[2](h), mods[6], mods[7]))
 
 
@@ -102,8 +107,27 @@ class PADTransformer(nn.Module):
             self.adjacency = torch.empty_like(incoming, dtype=torch.bool, device=self.gene.weight.device)
         super()._load_from_state_dict(state_dict, prefix, *args)
 
-    def forward(self, x_t: Tensor, t: Tensor, x_ctrl: Tensor, ctrl_mean: Tensor, pert: Tensor,
-                genes: Tensor | None = None, prior: Tensor | None = None) -> Tensor:
+    def encode_context(self, x_ctrl: Tensor, ctrl_mean: Tensor, pert: Tensor, genes: Tensor | None = None,
+                       prior: Tensor | None = None) -> dict:
+        """Everything of :meth:`forward` that does not depend on ``x_t`` or ``t`` (cached across ODE steps).
+
+        Shapes as in :meth:`forward`; returns a dict for its ``context`` argument.
+        """
+        idx = torch.arange(x_ctrl.shape[-1], device=x_ctrl.device) if genes is None else genes
+        table = self.gene(idx)[None]
+        is_pert = (idx[None, :, None] == pert[:, None, :]).any(-1, keepdim=True).to(x_ctrl.dtype)
+        channels = torch.stack([x_ctrl, ctrl_mean], -1)
+        if prior is not None:
+            channels = torch.cat([channels, prior], -1)
+        ctrl = table + self.ctrl_value(channels)
+        return {"table": table, "is_pert": is_pert, "ctrl": ctrl,
+                "pert": self.pert(pert, self.gene.weight, self.adjacency),
+                "mask": submask(self.adjacency, idx) if self.graph_mask else None,
+                "kv": [block.cross_attn.keys_values(ctrl) for block in self.blocks]}
+
+    def forward(self, x_t: Tensor, t: Tensor, x_ctrl: Tensor | None = None, ctrl_mean: Tensor | None = None,
+                pert: Tensor | None = None, genes: Tensor | None = None, prior: Tensor | None = None,
+                context: dict | None = None) -> Tensor:
         """Velocity ``(B, G)``.
 
         Parameters
@@ -120,19 +144,17 @@ class PADTransformer(nn.Module):
             genes after them).
         prior : Tensor or None
             ``(B, G, prior_channels)`` extra per-gene conditioning (required when ``prior_channels > 0``).
+        context : dict or None
+            :meth:`encode_context` of ``x_ctrl, ctrl_mean, pert, genes, prior`` (then those are not used): the
+            same result, without recomputing the control tokens, their cross-attention keys and values, the
+            perturbation embedding and the mask at every ODE step.
 
         """
-        idx = torch.arange(x_t.shape[-1], device=x_t.device) if genes is None else genes
-        table = self.gene(idx)[None]
-        is_pert = (idx[None, :, None] == pert[:, None, :]).any(-1, keepdim=True).to(x_t.dtype)
-        h = table + self.value(x_t[..., None]) + is_pert * self.flag
-        channels = torch.stack([x_ctrl, ctrl_mean], -1)
-        if prior is not None:
-            channels = torch.cat([channels, prior], -1)
-        ctrl = table + self.ctrl_value(channels)
-        cond = self.time(t) + self.pert(pert, self.gene.weight, self.adjacency)
-        mask = submask(self.adjacency, idx) if self.graph_mask else None
-        for block in self.blocks:
-            h = block(h, ctrl, cond, mask)
+        if context is None:
+            context = self.encode_context(x_ctrl, ctrl_mean, pert, genes, prior)
+        h = context["table"] + self.value(x_t[..., None]) + context["is_pert"] * self.flag
+        cond = self.time(t) + context["pert"]
+        for block, kv in zip(self.blocks, context["kv"], strict=True):
+            h = block(h, context["ctrl"], cond, context["mask"], kv)
         shift, scale = self.final_ada(cond).chunk(2, -1)
         return self.head(modulate(self.final_norm(h), shift, scale)).squeeze(-1)

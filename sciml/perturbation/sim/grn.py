@@ -5,6 +5,9 @@ Production of gene i (Dibaeinia & Sinha 2020, SERGIO, with two-regulator AND ter
     P_i(x) = m_i · s · [ b_i + Σ_τ K_τ Π_{j ∈ τ} φ_j(x_j) ],   φ_j(x) = x^n / (h^n + x^n)     (activator)
                                                                φ_j(x) = h^n / (h^n + x^n)     (repressor)
 
+An OR term replaces the product of its two regulators by ``φ_1 + φ_2 − φ_1·φ_2`` (either regulator suffices,
+so a double perturbation is needed to silence it). The Hill coefficient ``n`` sets how cooperative binding is.
+
 with degradation rate 1, so the noise-free steady state of a DAG is ``x_i = P_i(x)`` in topological order.
 ``m_i`` is the perturbation multiplier (knockdown 1 − e, knockout 0, activation 1 + a), ``s`` a cell scale.
 A term with two regulators (AND) makes the response to a double perturbation non-additive: knocking down either
@@ -32,6 +35,7 @@ class GRN:
     half : (T, 2) Hill half-saturation h (molecules).
     strength : (T,) |K_τ|, molecules / time.
     hill : Hill coefficient n.
+    logic_or : (T,) bool, OR term (``None``: all AND).
 
     """
 
@@ -42,6 +46,7 @@ class GRN:
     half: np.ndarray
     strength: np.ndarray
     hill: float = 2.0
+    logic_or: np.ndarray | None = None
 
     @property
     def n_genes(self) -> int:
@@ -67,7 +72,9 @@ class GRN:
     def production(self, x: np.ndarray, mult: np.ndarray, scale: np.ndarray | float = 1.0) -> np.ndarray:
         """P(x) for cells (..., G); ``mult`` (..., G) perturbation multipliers, ``scale`` (..., 1) cell scale."""
         t = np.arange(len(self.target))
-        terms = self.strength * self._phi(x, t, 0) * self._phi(x, t, 1)  # (..., T)
+        p0, p1 = self._phi(x, t, 0), self._phi(x, t, 1)
+        terms = p0 * p1 if self.logic_or is None else np.where(self.logic_or, p0 + p1 - p0 * p1, p0 * p1)
+        terms = self.strength * terms  # (..., T)
         for_gene = np.zeros((len(self.target), self.n_genes))  # term -> target one-hot (T, G)
         for_gene[t, self.target] = 1.0
         return mult * scale * (self.basal + terms @ for_gene)
@@ -103,7 +110,7 @@ class GRN:
 
 def random_grn(n_genes: int, n_masters: int, n_regulators: int, and_share: float, rng: np.random.Generator,
                max_terms: int = 2, repress_share: float = 0.3, level: float = 20.0, hill: float = 2.0,
-               reuse_and: float = 0.6) -> GRN:
+               reuse_and: float = 0.6, or_share: float = 0.0) -> GRN:
     """A random DAG-ish network: masters (basal only) → regulators → targets, Hill terms, a share of AND terms.
 
     Parameters
@@ -125,6 +132,9 @@ def random_grn(n_genes: int, n_masters: int, n_regulators: int, and_share: float
     reuse_and : float
         Probability that an AND term reuses the regulator pair of an earlier AND term (modules: one pair of
         regulators jointly controlling several genes, which makes their double's interaction larger).
+    or_share : float in [0, 1]
+        Probability that a two-regulator term is an OR term instead of AND (no draw when 0, so the network of a
+        given seed is unchanged).
 
     """
     basal = np.zeros(n_genes)
@@ -143,8 +153,10 @@ def random_grn(n_genes: int, n_masters: int, n_regulators: int, and_share: float
             regs.append([int(pick[0]), int(pick[1]) if two else -1])
             act.append(rng.random(2) >= repress_share)
             strength.append(level * rng.uniform(1.0, 3.0) * (2.0 if two else 1.0))
-    grn = GRN(basal, np.array(target), np.array(regs).reshape(-1, 2), np.array(act).reshape(-1, 2),
-              np.ones((len(target), 2)), np.array(strength), hill)
+    regs = np.array(regs).reshape(-1, 2)
+    logic_or = (regs[:, 1] >= 0) & (rng.random(len(regs)) < or_share) if or_share > 0 else None
+    grn = GRN(basal, np.array(target), regs, np.array(act).reshape(-1, 2),
+              np.ones((len(target), 2)), np.array(strength), hill, logic_or)
     # half-saturation near the regulator's control level, so perturbations move φ through its sensitive range;
     # set layer by layer, since a gene's level depends on the half-saturations of its own inputs
     jitter = rng.uniform(0.7, 1.5, grn.regs.shape)

@@ -51,6 +51,11 @@ class SimConfig:
     library_sd: float = 0.3  # sd of log library size
     dispersion: float = 10.0  # negative-binomial θ (variance μ + μ²/θ)
     target_sum: float = TARGET_SUM
+    hill: float = 2.0  # Hill coefficient n (cooperativity of regulator binding)
+    or_share: float = 0.0  # share of two-regulator terms that are OR (either regulator suffices) instead of AND
+    zero_inflation: float = 0.0  # probability that a count is replaced by 0 (technical dropout)
+    n_batches: int = 1  # batches, cells assigned uniformly at random (obs['batch'])
+    batch_sd: float = 0.0  # sd of the per-batch, per-gene log factor on the expected counts
 
     @classmethod
     def from_dict(cls, data: dict | None) -> SimConfig:
@@ -65,9 +70,12 @@ class SimConfig:
             raise ValueError(f"grn config: a value has the wrong type in {data}; numbers for counts and "
                              "rates, a name for 'perturbation'") from None
         bad = [f.name for f in fields(cls) if f.name not in ("seed", "perturbation") and getattr(cfg, f.name) < 0]
-        bad += [n for n in ("n_genes", "cells_per_condition", "control_cells", "steps") if getattr(cfg, n) < 1]
+        bad += [n for n in ("n_genes", "cells_per_condition", "control_cells", "steps", "n_batches")
+                if getattr(cfg, n) < 1]
+        bad += [n for n in ("or_share", "zero_inflation") if getattr(cfg, n) > 1]
         if bad:
-            raise ValueError(f"grn config: {sorted(set(bad))} must be positive (counts >= 1, rates >= 0)")
+            raise ValueError(f"grn config: {sorted(set(bad))} must be positive (counts >= 1, rates >= 0, "
+                             "shares at most 1)")
         if cfg.n_regulators > cfg.n_genes or cfg.n_masters > cfg.n_genes:
             raise ValueError(f"grn config: n_regulators {cfg.n_regulators} and n_masters {cfg.n_masters} must "
                              f"not exceed n_genes {cfg.n_genes}")
@@ -123,12 +131,24 @@ def mean_multiplier(genes: tuple[int, ...], n_genes: int, cfg: SimConfig) -> np.
     return mult
 
 
-def counts_from_levels(x: np.ndarray, cfg: SimConfig, rng: np.random.Generator) -> np.ndarray:
-    """Negative-binomial counts (Gamma–Poisson) with mean ℓ_c · depth · x / mean total, ℓ_c log-normal."""
+def counts_from_levels(x: np.ndarray, cfg: SimConfig, rng: np.random.Generator,
+                       batch_factor: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Negative-binomial counts (Gamma–Poisson) with mean ℓ_c · depth · x / mean total · β_{b(c)}, ℓ_c log-normal.
+
+    ``batch_factor`` ``(n_batches, G)``: multiplicative batch effect β of the cell's batch b(c) (drawn uniformly);
+    then a share ``cfg.zero_inflation`` of the counts is set to 0. Returns counts and the batch of each cell.
+    """
     lib = rng.lognormal(-0.5 * cfg.library_sd**2, cfg.library_sd, (len(x), 1))
     mu = lib * cfg.depth * x / max(float(x.sum(axis=1).mean()), 1e-12)
+    batch = np.zeros(len(x), dtype=np.int64)
+    if batch_factor is not None:
+        batch = rng.integers(0, len(batch_factor), len(x))
+        mu = mu * batch_factor[batch]
     rate = rng.gamma(cfg.dispersion, np.maximum(mu, 1e-12) / cfg.dispersion)
-    return rng.poisson(rate).astype(np.float32)
+    counts = rng.poisson(rate).astype(np.float32)
+    if cfg.zero_inflation > 0:
+        counts[rng.random(counts.shape) < cfg.zero_inflation] = 0.0
+    return counts, batch
 
 
 def gene_names(n: int) -> list[str]:
@@ -138,18 +158,24 @@ def gene_names(n: int) -> list[str]:
 
 
 def simulate_conditions(grn: GRN, conds: list[tuple[int, ...]], cfg: SimConfig, rng) -> dict:
-    """Cells of every condition: ``counts`` (cells, G), ``cond`` index per cell, ``efficiency`` per cell."""
-    counts, cond, eff = [], [], []
+    """Cells of every condition: ``counts`` (cells, G), ``cond`` index, ``efficiency`` and ``batch`` per cell."""
+    counts, cond, eff, batch = [], [], [], []
+    factor = None
+    if cfg.n_batches > 1:
+        factor = rng.lognormal(0.0, cfg.batch_sd, (cfg.n_batches, grn.n_genes))
     for i, genes in enumerate(conds):
         n = cfg.control_cells if not genes else cfg.cells_per_condition
         mult, e = multipliers(genes, n, grn.n_genes, cfg, rng)
         scale = rng.lognormal(0.0, cfg.cell_scale_sd, (n, 1))
         x0 = grn.steady_state(mult, scale)
         x = grn.langevin(x0, mult, scale, rng, cfg.steps, cfg.dt, cfg.noise)
-        counts.append(counts_from_levels(x, cfg, rng))
+        c, b = counts_from_levels(x, cfg, rng, factor)
+        counts.append(c)
+        batch.append(b)
         cond += [i] * n
         eff.append(e)
-    return {"counts": np.concatenate(counts), "cond": np.array(cond), "efficiency": np.concatenate(eff)}
+    return {"counts": np.concatenate(counts), "cond": np.array(cond), "efficiency": np.concatenate(eff),
+            "batch": np.concatenate(batch)}
 
 
 def ground_truth(grn: GRN, conds: list[tuple[int, ...]], x_log: np.ndarray, cond: np.ndarray,
@@ -185,7 +211,8 @@ def simulate(cfg: SimConfig | dict | None = None):
 
     cfg = cfg if isinstance(cfg, SimConfig) else SimConfig.from_dict(cfg)
     rng = np.random.default_rng(cfg.seed)
-    grn = random_grn(cfg.n_genes, cfg.n_masters, cfg.n_regulators, cfg.and_share, rng, level=cfg.level)
+    grn = random_grn(cfg.n_genes, cfg.n_masters, cfg.n_regulators, cfg.and_share, rng, level=cfg.level,
+                     hill=cfg.hill, or_share=cfg.or_share)
     conds = choose_conditions(grn, cfg, rng)
     cells = simulate_conditions(grn, conds, cfg, rng)
     x_log = log_normalise(cells["counts"], cfg.target_sum)
@@ -194,7 +221,8 @@ def simulate(cfg: SimConfig | dict | None = None):
     truth = ground_truth(grn, conds, x_log, cells["cond"], cfg)
     obs = pd.DataFrame({"condition": pd.Categorical([labels[i] for i in cells["cond"]], categories=labels),
                         "perturbation_type": np.where(cells["cond"] == 0, "control", cfg.perturbation),
-                        "efficiency": cells["efficiency"].astype(np.float32)},
+                        "efficiency": cells["efficiency"].astype(np.float32),
+                        "batch": pd.Categorical([f"b{b}" for b in cells["batch"]])},
                        index=[f"cell{i}" for i in range(len(x_log))])
     adata = ad.AnnData(X=x_log, obs=obs, var=pd.DataFrame(index=genes), layers={"counts": cells["counts"]})
     adata.uns["grn"] = {"config": asdict(cfg), "conditions": labels,

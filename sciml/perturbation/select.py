@@ -1,0 +1,111 @@
+r"""Choices made on held-out conditions that are not test: the rule's shrinkage towards additive, and the fallback.
+
+* :func:`choose_shrink` (when the model is built, ``flow.shrink: auto``): the prior mean of a double of known singles
+  is ``Δa + Δb + λ·(rule − Δa − Δb)``; ``λ`` is the grid value with the smallest mean squared error of that prior
+  mean over the **val** doubles plus the training doubles predicted by the rule refitted without them (``folds``-fold
+  cross-fitting), so a screen where the rule does not generalise gets ``λ = 0``, the additive prior. Ties go to
+  the smaller ``λ``. Test conditions are never read.
+* :func:`versus_additive` / :func:`apply_fallback` (at export, and in the benchmark the same way): the flow model's
+  generated mean against the additive baseline on the **val** conditions; when the model is not better (or val is
+  empty), the model is switched to ``flow.additive_fallback`` (its generated mean is the additive prior) and says so.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+
+SHRINK_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+def _delta(dm, key: str) -> torch.Tensor:
+    return torch.as_tensor(dm.cells(key).mean(0) - dm.control_matrix(key).mean(0), dtype=torch.float32)
+
+
+def _doubles(model, dm, split: str) -> list[tuple[int, int, torch.Tensor]]:
+    """``(a, b, Δ_ab)`` of the split's doubles whose two singles the model knows."""
+    out = []
+    for key in dm.conditions[split]:
+        row = dm.encode(key)
+        if len(dm.perturbation(key)) == 2 and all(bool(model.has_effect[i]) for i in row):
+            out.append((row[0], row[1], _delta(dm, key)))
+    return out
+
+
+def _rule(rule, model, rows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Additive, rule prediction, target ``(D, G)`` and own-column mask of ``rows``."""
+    a = torch.tensor([r[0] for r in rows])
+    b = torch.tensor([r[1] for r in rows])
+    da, db = model.single_effect[a], model.single_effect[b]
+    with torch.no_grad():
+        pred = rule(da, db, model.ctrl_mean)
+    own = torch.zeros_like(da, dtype=torch.bool)
+    if model.flow["own_genes"] == "additive":
+        own = model._own_columns(torch.stack([a, b], 1), None, da.shape[-1])
+    return da + db, torch.where(own, da + db, pred), torch.stack([r[2] for r in rows]), own
+
+
+def choose_shrink(model, dm, grid: tuple[float, ...] = SHRINK_GRID, folds: int = 5, seed: int = 0) -> dict:
+    """Choose ``λ`` (see the module docstring) for a model whose rule is fitted; returns ``{"shrink", "mse", "n"}``.
+
+    ``mse``: the criterion per grid value; ``n``: doubles behind it (val, cross-fitted training). Without a rule
+    or without any usable double, ``λ = 0``.
+    """
+    if model.combination is None:
+        return {"shrink": 0.0, "mse": {}, "n": {"val": 0, "train": 0}}
+    val = _doubles(model, dm, "val")
+    train = _doubles(model, dm, "train")
+    parts = []
+    if val:
+        parts.append(_rule(model.combination, model, val))
+    if len(train) >= 2:
+        order = np.random.default_rng(seed).permutation(len(train))
+        for k in range(min(folds, len(train))):
+            fold = {int(i) for i in order[k::folds]}
+            held = [train[i] for i in sorted(fold)]
+            rest = [r for i, r in enumerate(train) if i not in fold]
+            rule = copy.deepcopy(model.combination).requires_grad_(True)
+            rule.fit(model.single_effect[[r[0] for r in rest]], model.single_effect[[r[1] for r in rest]],
+                     model.ctrl_mean, torch.stack([r[2] for r in rest]), seed=seed)
+            parts.append(_rule(rule.requires_grad_(False), model, held))
+    if not parts:
+        return {"shrink": 0.0, "mse": {}, "n": {"val": 0, "train": 0}}
+    add, rule, target = (torch.cat([p[i] for p in parts]) for i in range(3))
+    mse = {float(lam): float((add + lam * (rule - add) - target).pow(2).mean()) for lam in grid}
+    best = min(mse, key=lambda lam: (round(mse[lam], 12), lam))
+    return {"shrink": best, "mse": mse, "n": {"val": len(val), "train": len(train) if len(train) >= 2 else 0}}
+
+
+def versus_additive(module, dm, n_cells: int = 128, seed: int = 0, steps: int | None = None,
+                    method: str | None = None) -> dict:
+    """Mean MSE of the generated mean and of the additive baseline over the val conditions.
+
+    Returns ``{"flow_mse", "additive_mse", "n_val", "beats_additive"}`` (``beats_additive`` False on an empty val).
+    """
+    from sciml.perturbation.baselines.simple import Additive
+    from sciml.perturbation.evaluate import split_predictions
+
+    keys = list(dm.conditions["val"])
+    if not keys:
+        return {"flow_mse": None, "additive_mse": None, "n_val": 0, "beats_additive": False}
+    cells = split_predictions(module, dm, "val", n_cells, seed, steps, method)
+    additive = Additive().fit(dm)
+    flow, base = [], []
+    for key in keys:
+        true = dm.cells(key).mean(0)
+        flow.append(float(np.mean((cells[key].mean(0) - true) ** 2)))
+        base.append(float(np.mean((additive.predict_mean(key) - true) ** 2)))
+    out = {"flow_mse": float(np.mean(flow)), "additive_mse": float(np.mean(base)), "n_val": len(keys)}
+    return out | {"beats_additive": out["flow_mse"] < out["additive_mse"]}
+
+
+def apply_fallback(module, check: dict) -> bool:
+    """Switch ``module`` to ``flow.additive_fallback`` unless ``check`` (:func:`versus_additive`) beats additive.
+
+    The setting is saved in the config of its checkpoint or artifact. Returns whether the fallback is on.
+    """
+    fallback = not check["beats_additive"]
+    module.set_flow(additive_fallback=fallback)
+    return fallback
