@@ -1,4 +1,4 @@
-"""``sciml crystal predict --model DIR FILE_OR_DIR... [--alpha A] --output preds.csv``."""
+"""``sciml crystal predict --model DIR FILE_OR_DIR... [--alpha A] [--beta B] [--shift-aware] --output preds.csv``."""
 
 from __future__ import annotations
 
@@ -20,9 +20,36 @@ def add_parser(sub, name: str) -> None:
     q.add_argument("--model", default=None, help="artifact folder (default: checkpoints/perov5-heat-all)")
     q.add_argument("--alpha", type=float, default=0.1, help="miscoverage of the conformal interval")
     q.add_argument("--output", default=None, help="CSV to write (atomically); printed when omitted")
+    q.add_argument("--beta", type=float, default=None,
+                   help="domain flag level: a structure with domain p-value <= beta is out of domain (default: the "
+                        "model's, 0.05; an exchangeable structure is flagged with probability <= beta)")
+    q.add_argument("--shift-aware", action="store_true",
+                   help="weighted conformal intervals against all inputs together (covariate shift), with an "
+                        "effective-sample-size guard: infinite intervals rather than false confidence")
+    q.add_argument("--min-ess", type=float, default=50.0, help="ESS floor of --shift-aware (default 50)")
     q.add_argument("--batch-size", type=int, default=64)
     q.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     q.set_defaults(run=run_predict)
+
+
+def display_table(head: list[dict], target: str):
+    """The printed table: value, interval (``*`` = out of domain, no guarantee), domain p-value, flag."""
+    import pandas as pd
+
+    def interval(row) -> str:
+        lo, hi = row.get(f"{target}_lower"), row.get(f"{target}_upper")
+        if row["error"] or lo is None or lo != lo:
+            return ""
+        return f"[{lo:.4f}, {hi:.4f}]" + ("*" if row["in_domain"] is False else "")
+
+    table = pd.DataFrame(head)
+    out = table[["source", "formula", "n_atoms"]].copy()
+    out[target] = table[target].map(lambda v: "" if v is None or v != v else f"{v:.4f}")
+    out["interval"] = [interval(row) for row in head]
+    out["p_domain"] = table["domain_pvalue"].map(lambda v: "" if v is None or v != v else f"{v:.3f}")
+    out["flag"] = table["error"].where(table["error"].astype(bool), table["in_domain"].map(
+        lambda d: "out of domain (see note)" if d is False else ""))
+    return out
 
 
 def run_predict(args, overrides: list[str]) -> int:
@@ -31,6 +58,8 @@ def run_predict(args, overrides: list[str]) -> int:
     Inputs that do not exist fail at once, before torch and pymatgen are imported.
     """
     check_alpha_arg(args.alpha)
+    if args.beta is not None and not 0 < args.beta < 1:
+        raise ValueError(f"--beta must be in (0, 1), got {args.beta}")
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
     require_inputs(args.inputs, "file or folder", INPUTS)
@@ -50,18 +79,21 @@ def run_predict(args, overrides: list[str]) -> int:
     stage("crystal predict", f"loaded {predictor.path} ({t['name']} in {t['unit']}) in "
           f"{time.perf_counter() - start:.1f} s; predicting {len(args.inputs)} input(s) in batches of "
           f"{args.batch_size}, {torch.get_num_threads()} thread(s)")
-    rows = iter_prediction_rows(args.inputs, predictor, args.alpha, args.batch_size, progress=True)
-    head, n_rows, n_errors = write_rows(rows, predictor, args.output)
+    if predictor.domain is None:
+        stage("crystal predict", f"{predictor.path} has no domain.json: in_domain is known only for unseen "
+              "elements; re-export the model (or sciml.crystal.export.add_domain) to get domain p-values")
+    rows = iter_prediction_rows(args.inputs, predictor, args.alpha, args.batch_size, progress=True, beta=args.beta,
+                                shift_aware=args.shift_aware, min_ess=args.min_ess)
+    written = write_rows(rows, predictor, args.output)
     with pd.option_context("display.width", 160, "display.max_columns", 20, "display.max_colwidth", 60):
-        table = pd.DataFrame(head)
-        table["flag"] = table["error"].where(table["error"].astype(bool),
-                                             table["note"].map(lambda n: "extrapolation (see note)" if n else ""))
-        table = table.drop(columns=["alpha", "note", "error"])
-        print(table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
-    if n_rows > len(head):
-        print(f"... {n_rows - len(head)} more rows")
-    print(f"{n_rows} structures, {n_errors} errors in {time.perf_counter() - start:.1f} s; {t['name']} in "
-          f"{t['unit']}, {100 * (1 - args.alpha):.0f}% conformal intervals; "
+        print(display_table(written.head, t["name"]).to_string(index=False))
+    if written.n_rows > len(written.head):
+        print(f"... {written.n_rows - len(written.head)} more rows")
+    flagged = (f"{written.n_flagged} out of domain (intervals marked *: no guarantee)" if predictor.domain
+               or written.n_flagged else "domain unknown")
+    print(f"{written.n_rows} structures, {written.n_errors} errors, {flagged} in {time.perf_counter() - start:.1f} s; "
+          f"{t['name']} in {t['unit']}, {100 * (1 - args.alpha):.0f}% conformal intervals"
+          + (" (shift-aware)" if args.shift_aware else "") + "; "
           + (f"wrote {args.output}" if args.output else "printed above (no --output)"), file=sys.stderr)
     if predictor.calibrator is not None and (note := infinite_interval_note(
             calibration_sizes(predictor.calibrator), args.alpha)):

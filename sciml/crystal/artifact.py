@@ -10,7 +10,10 @@ import torch
 
 from sciml.core.io.artifact import ArtifactError, load_artifact, restore_module
 from sciml.core.io.shipped import shipped_path
+from sciml.crystal.calibration import ensure_group_function
 from sciml.crystal.data.graphs import GraphSettings
+from sciml.crystal.domain import FILE as DOMAIN_FILE
+from sciml.crystal.domain import CrystalDomain
 from sciml.crystal.module import CrystalRegressor
 from sciml.uq.split import calibrator_from_dict
 
@@ -31,6 +34,9 @@ class CrystalPredictor:
         Fitted conformal calibrator (``None`` when the artifact was exported without ``--calibrate``).
     path : Path
         Artifact folder.
+    domain : CrystalDomain or None
+        Applicability-domain test and shift-aware calibration data (``domain.json``; ``None`` for artifacts
+        exported before it existed).
 
     """
 
@@ -38,6 +44,7 @@ class CrystalPredictor:
     graph: GraphSettings
     calibrator: torch.nn.Module | None
     path: Path
+    domain: CrystalDomain | None = None
 
     @property
     def target(self) -> dict:
@@ -76,5 +83,31 @@ def load_model(path: str | Path = DEFAULT_MODEL, graph: dict | GraphSettings | N
             raise ArtifactError(f"{art.path}: requested graph settings {wanted.to_dict()} differ from the ones the "
                                 f"model was trained with {stored.to_dict()}; drop the override or retrain")
     module = restore_module(art, CrystalRegressor)
+    if art.calibrator:
+        try:
+            ensure_group_function(art.calibrator.get("group_by") if isinstance(art.calibrator, dict) else None)
+        except ValueError as err:
+            raise ArtifactError(f"{art.path / 'calibrator.json'}: {err}; re-export the model") from None
     calibrator = calibrator_from_dict(art.calibrator) if art.calibrator else None
-    return CrystalPredictor(module, stored, calibrator, art.path)
+    return CrystalPredictor(module, stored, calibrator, art.path, load_domain(art))
+
+
+def load_domain(art) -> CrystalDomain | None:
+    """The validated ``domain.json`` of a loaded artifact, or ``None`` when it has none."""
+    if DOMAIN_FILE not in art.extras:
+        return None
+    try:
+        domain = CrystalDomain.from_dict(art.extras[DOMAIN_FILE])
+    except (ValueError, TypeError) as err:
+        raise ArtifactError(f"{art.path / DOMAIN_FILE}: {err}; re-export the model or run add_domain") from None
+    if domain.score.dim != _embedding_dim(art, domain.layer):
+        raise ArtifactError(f"{art.path / DOMAIN_FILE}: embedding dimension {domain.score.dim} does not fit the "
+                            f"network's {domain.layer!r} layer; re-export the model")
+    return domain
+
+
+def _embedding_dim(art, layer: str) -> int:
+    """Width of the network's ``layer`` embedding from the stored head weights (``net.head.*.weight``)."""
+    heads = sorted((k, v) for k, v in art.state_dict.items() if k.startswith("net.head.") and k.endswith(".weight"))
+    first = heads[0][1]  # Linear(width, dim): the pooled features are its input, the hidden layer its output
+    return int(first.shape[1] if layer == "pooled" else first.shape[0])

@@ -1,17 +1,33 @@
-"""Calibration groups of crystal models: crystal system and anion, and structures rebuilt from graph batches.
+"""Calibration groups of crystal models: crystal system, anion, cell size; structures rebuilt from graph batches.
 
 Importing this module registers the group functions with :mod:`sciml.uq.groups`, so a calibrator with
 ``group_by: crystal_system`` (Mondrian) or ``group_by: [crystal_system, anion]`` (multigroup) can label crystals.
-Groups: ``crystal_system`` (0 triclinic … 6 cubic, pymatgen's spglib analysis at ``symprec = 0.1`` Å) and
-``anion`` (atomic number of the most electronegative element, Pauling scale; the anion of ionic solids).
+Groups: ``crystal_system`` (0 triclinic … 6 cubic, pymatgen's spglib analysis at ``symprec = 0.1`` Å),
+``anion`` (atomic number of the most electronegative element, Pauling scale; the anion of ionic solids) and
+``cell_size`` (the number of atoms in the cell).
+
+Cell-size bins. Prediction errors of an intensive target (eV/atom) depend on the cell size, so one threshold
+over-covers some sizes and under-covers others. ``group_by: cell_size`` in a config asks :func:`resolve_group_by`
+(called by the crystal export) to choose bins from the *calibration* structures: sizes in increasing order
+are merged greedily until each bin holds at least ``min_count`` (default 20) calibration structures, a short
+last bin joining the previous one. The calibrator then stores the resolved name ``cell_size:6,8,10`` (the
+lower edge of each bin; bin ``g`` holds ``edge_g <= n_atoms < edge_{g+1}``, sizes below the first edge join
+the first bin), which :func:`ensure_group_function` re-registers when the artifact is loaded.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from collections import Counter
+
 from sciml.core import keys
 from sciml.uq.groups import GROUP_FUNCTIONS, register_group_function
 
-__all__ = ["CRYSTAL_SYSTEMS", "GROUP_FUNCTIONS", "anion", "crystal_system", "graph_structures"]
+__all__ = ["CELL_SIZE", "CRYSTAL_SYSTEMS", "GROUP_FUNCTIONS", "anion", "cell_size", "cell_size_edges",
+           "crystal_system", "ensure_group_function", "graph_structures", "resolve_group_by"]
+
+CELL_SIZE = "cell_size"
+MIN_BIN_COUNT = 20  # calibration structures per size bin: finite 90% intervals need 9, 95% need 19
 
 CRYSTAL_SYSTEMS = ("triclinic", "monoclinic", "orthorhombic", "tetragonal", "trigonal", "hexagonal", "cubic")
 
@@ -32,8 +48,82 @@ def anion(structure) -> int:
     return max(structure.composition.elements, key=lambda el: (el.X if el.X == el.X else 0.0, el.Z)).Z
 
 
+def cell_size(structure) -> int:
+    """Number of atoms in the cell."""
+    return len(structure)
+
+
+def cell_size_edges(sizes, min_count: int = MIN_BIN_COUNT) -> list[int]:
+    """Lower edges of cell-size bins holding at least ``min_count`` of ``sizes`` each (module docstring).
+
+    Parameters
+    ----------
+    sizes : iterable of int
+        Cell sizes (atoms) of the calibration structures.
+    min_count : int
+        Smallest number of calibration structures per bin; fewer in total gives one bin.
+
+    Returns
+    -------
+    list of int
+        Increasing lower edges, the first one the smallest size.
+
+    """
+    counts = Counter(int(n) for n in sizes)
+    if not counts:
+        raise ValueError("no calibration structures to choose cell-size bins from")
+    edges, filled = [], min_count  # start a new bin at the first size
+    for n in sorted(counts):
+        if filled >= min_count:
+            edges.append(n)
+            filled = 0
+        filled += counts[n]
+    if filled < min_count and len(edges) > 1:
+        edges.pop()  # a short last bin joins the previous one
+    return edges
+
+
+def _binned(edges: list[int]):
+    def group(structure) -> int:
+        return max(bisect_right(edges, len(structure)) - 1, 0)
+
+    return group
+
+
+def ensure_group_function(name: str | None) -> None:
+    """Register a resolved ``cell_size:e1,e2,...`` group function (no-op for other names or ``None``).
+
+    Raises
+    ------
+    ValueError
+        A ``cell_size:`` name whose edges are not increasing integers.
+
+    """
+    if not isinstance(name, str) or not name.startswith(CELL_SIZE + ":") or name in GROUP_FUNCTIONS:
+        return
+    try:
+        edges = [int(e) for e in name.split(":", 1)[1].split(",")]
+    except ValueError:
+        edges = []
+    if not edges or edges != sorted(set(edges)) or edges[0] < 1:
+        raise ValueError(f"group function {name!r}: expected cell_size:<increasing positive integers>")
+    register_group_function(name, _binned(edges))
+
+
+def resolve_group_by(calibration: dict | None, structures: list, min_count: int = MIN_BIN_COUNT) -> dict:
+    """The calibration block with ``group_by: cell_size`` replaced by bins chosen from ``structures``."""
+    calibration = dict(calibration or {})
+    if calibration.get("group_by") != CELL_SIZE or calibration.get("method", "split") != "mondrian":
+        return calibration
+    edges = cell_size_edges([len(s) for s in structures], min_count)
+    name = f"{CELL_SIZE}:{','.join(map(str, edges))}"
+    ensure_group_function(name)
+    return calibration | {"group_by": name}
+
+
 register_group_function("crystal_system", crystal_system)
 register_group_function("anion", anion)
+register_group_function(CELL_SIZE, cell_size)
 
 
 def graph_structures(batch) -> list:

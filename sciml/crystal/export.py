@@ -1,23 +1,49 @@
-"""``export``: turn a Lightning checkpoint into a calibrated, self-describing artifact (docs/design.md §4)."""
+"""``export``: turn a Lightning checkpoint into a calibrated, self-describing artifact (docs/design.md §4).
+
+With ``calibrate`` the artifact also gets ``domain.json`` (:mod:`sciml.crystal.domain`): the domain test fitted
+on the train split and calibrated on the calib split, and the shift-aware calibration subset.
+:func:`add_domain` adds it to an artifact exported before, rebuilding the recorded split from the data, without
+touching weights, config or calibrator.
+"""
 
 from __future__ import annotations
 
+import math
 from math import nan
 from pathlib import Path
 
 from sciml.core.io import card
-from sciml.core.io.artifact import save_artifact
+from sciml.core.io.artifact import ArtifactError, add_extra_files, load_artifact, save_artifact
 from sciml.core.io.checksum import sha256_file
-from sciml.crystal.calibration import graph_structures
+from sciml.crystal.calibration import graph_structures, resolve_group_by
 from sciml.crystal.data.sources import labels_file
+from sciml.crystal.domain import FILE as DOMAIN_FILE
+from sciml.crystal.domain import CrystalDomain, fit_domain
 from sciml.crystal.module import CrystalRegressor
 from sciml.crystal.task import datamodule
 from sciml.uq import coverage, mean_width
 from sciml.uq.callback import collect_predictions
 from sciml.uq.groups import build_calibrator, fit_calibrator, loader_structures, predict_interval
 
+DOMAIN_BETA = 0.05  # default flag level of exported domain tests
 
-def model_card(name: str, cfg: dict, metrics: dict, sizes: dict, alpha: float) -> str:
+
+def domain_lines(domain: CrystalDomain, how: str) -> list[str]:
+    """Model-card bullets on the applicability domain: what it is, how it was made."""
+    d = domain.score
+    return [f"- Applicability domain (`domain.json`, {how}): k-NN conformal novelty test (k={d.k}) on the "
+            f"`{domain.layer}` embedding (d={d.dim}), reference: {d.reference.shape[0]} of {d.n_train} train-split "
+            f"structures (seed {domain.seed}), calibrated on {d.n_calib} calib-split structures. `crystal predict` "
+            f"reports `domain_pvalue` and flags `in_domain = false` when p <= {d.beta:g} or an element is unseen: an "
+            f"exchangeable structure is flagged with probability <= {d.beta:g}; a flagged row's interval carries no "
+            "guarantee.",
+            f"- `--shift-aware`: weighted conformal against the batch from {len(domain.shift_scores)} calib-split "
+            "embeddings and scores, with an effective-sample-size guard (infinite intervals rather than false "
+            "confidence)."]
+
+
+def model_card(name: str, cfg: dict, metrics: dict, sizes: dict, alpha: float,
+               domain: CrystalDomain | None = None) -> str:
     """Markdown model card (:func:`sciml.core.io.card.model_card`) filled with the crystal sections."""
     t = cfg["module"]["target"]
     summary = (f"Crystal property model (`{cfg['module']['network']['name']}`) predicting `{t['name']}` in "
@@ -32,6 +58,11 @@ def model_card(name: str, cfg: dict, metrics: dict, sizes: dict, alpha: float) -
               "- Intervals are split-conformal: marginal coverage ≥ 1−α for structures exchangeable with the "
               "training distribution; no guarantee under distribution shift (other structure families).",
               f"- Graph settings are frozen: {cfg['module']['graph']}."]
+    if metrics.get("group_by"):
+        limits.append(f"- Mondrian calibration by `{metrics['group_by']}` (bins chosen from the calib split): the "
+                      "coverage guarantee holds within each bin, not only on average.")
+    if domain is not None:
+        limits += domain_lines(domain, "fitted at export")
     return card.model_card(name, summary, data=data, metrics=measured, limits=limits)
 
 
@@ -50,9 +81,11 @@ def export(ckpt: str | Path, state: dict, output: str | Path, cfg: dict, calibra
     mean, sigma, y = collect_predictions(module, dm.test_dataloader())
     data_sha256 = sha256_file(labels_file(cfg["data"]["path"]))
     metrics = {"test_mae": float((mean - y).abs().mean()), "data_sha256": data_sha256}
-    calibrator = None
+    calibrator = domain = None
     if calibrate:
-        cal = build_calibrator(cfg.get("calibration"), score, alpha)  # split, or mondrian with group_by
+        calibration = resolve_group_by(cfg.get("calibration"), [s for b in dm.calib_dataloader()
+                                                                for s in graph_structures(b)])
+        cal = build_calibrator(calibration, score, alpha)  # split, or mondrian with group_by (cell_size: bins)
         cal_mean, cal_sigma, cal_y = (t.double() for t in collect_predictions(module, dm.calib_dataloader()))
         fit_calibrator(cal, cal_mean, cal_y, cal_sigma, loader_structures(cal, dm.calib_dataloader(), graph_structures))
         interval = predict_interval(cal, mean.double(), sigma.double(), alpha,
@@ -60,13 +93,74 @@ def export(ckpt: str | Path, state: dict, output: str | Path, cfg: dict, calibra
         metrics |= {"test_coverage": float(coverage(interval, y.double())),
                     "test_width": float(mean_width(interval)), "alpha": alpha,
                     "n_calib": int(cal.scores.numel())}
+        if isinstance(getattr(cal, "group_by", None), str):
+            metrics["group_by"] = cal.group_by
         calibrator = cal.to_dict()
+        n_cal = dm.split_sizes()["calib"]
+        if (n_cal + 1) * DOMAIN_BETA >= 1:
+            domain = fit_domain(module, dm, cal, beta=DOMAIN_BETA, seed=int(cfg.get("seed", 0)))
+        else:  # the domain test could never flag at β: say so instead of shipping a test that cannot fail
+            metrics["domain"] = (f"not fitted: {n_cal} calibration structures, the domain test at beta={DOMAIN_BETA} "
+                                 f"needs at least {math.ceil(1 / DOMAIN_BETA) - 1}")
     art_cfg = {"task": "crystal", "module": hparams, "data": cfg["data"]}
     metadata = {"task": "crystal", "target": {k: hparams["target"][k] for k in ("name", "unit", "extensive")},
                 "elements": hparams["elements"], "graph": hparams["graph"], "split_sizes": dm.split_sizes(),
                 "metrics": metrics, "source_checkpoint": ckpt.name}
-    card = model_card(Path(output).name, art_cfg, metrics, dm.split_sizes(), alpha)
+    if domain is not None:
+        metadata["domain"] = domain_summary(domain)
+    card = model_card(Path(output).name, art_cfg, metrics, dm.split_sizes(), alpha, domain)
     save_artifact(output, config=art_cfg, state_dict=module.state_dict(), metadata=metadata,
-                  calibrator=calibrator, card=card)
+                  calibrator=calibrator, card=card, extras={DOMAIN_FILE: domain.to_dict()} if domain else None)
     return metrics
+
+
+def domain_summary(domain: CrystalDomain) -> dict:
+    """What ``metadata.json`` records about ``domain.json``."""
+    d = domain.score
+    return {"file": DOMAIN_FILE, "method": d.method, "layer": domain.layer, "k": d.k, "beta": d.beta,
+            "n_reference": int(d.reference.shape[0]), "n_train": d.n_train, "n_calib": d.n_calib,
+            "n_shift": len(domain.shift_scores), "seed": domain.seed}
+
+
+def add_domain(path: str | Path, data_path: str | None = None, seed: int = 0) -> CrystalDomain:
+    """Add ``domain.json`` to an exported crystal artifact without changing its weights, config or calibrator.
+
+    The artifact's recorded split is rebuilt from its ``config.yaml`` data settings (same file, split fractions
+    and seed); the data file must hash to the ``data_sha256`` of ``metadata.json`` and the split sizes must
+    match, so the train and calib splits are exactly those of the export.
+
+    Parameters
+    ----------
+    path : str or Path
+        Artifact folder (with a calibrator).
+    data_path : str, optional
+        Where the training data is now, when not at the recorded ``data.path``.
+    seed : int
+        Seed of the coreset and shift-subset draws.
+
+    """
+    from sciml.crystal.artifact import load_model
+
+    art, predictor = load_artifact(path, task="crystal"), load_model(path)
+    if predictor.calibrator is None:
+        raise ArtifactError(f"{art.path}: no calibrator; add_domain needs a calibrated artifact")
+    data = dict(art.config["data"]) | ({"path": data_path} if data_path else {})
+    digest = sha256_file(labels_file(data["path"]))
+    if digest != art.metadata.get("metrics", {}).get("data_sha256"):
+        raise ArtifactError(f"{data['path']}: sha256 differs from the data the model was trained on; pass the "
+                            "original file")
+    dm = datamodule({"data": data}, None)
+    if dm.split_sizes() != art.metadata.get("split_sizes"):
+        raise ArtifactError(f"{art.path}: rebuilt split {dm.split_sizes()} differs from the recorded "
+                            f"{art.metadata.get('split_sizes')}")
+    domain = fit_domain(predictor.module, dm, predictor.calibrator, seed=seed)
+    how = (f"added after export by `sciml.crystal.export.add_domain` from the recorded split rebuilt from "
+           f"`{art.config['data']['path']}` (sha256 checked, split seed {data.get('split', {}).get('seed')}); "
+           "weights and calibrator unchanged")
+    text = (art.path / "README.md").read_text().rstrip("\n")
+    text = "\n".join(line for line in text.splitlines() if not line.startswith("- Applicability domain")
+                     and not line.startswith("- `--shift-aware`"))
+    add_extra_files(art.path, {DOMAIN_FILE: domain.to_dict()}, metadata={"domain": domain_summary(domain)},
+                    card="\n".join([text, *domain_lines(domain, how), ""]))
+    return domain
 

@@ -13,6 +13,7 @@ from sciml.crystal.calibration import graph_structures
 from sciml.crystal.data.graphs import GraphSettings
 from sciml.crystal.nn import NETWORKS
 
+EMBEDDING_LAYERS = ("pooled", "hidden")
 LOSSES = {"l1": nn.functional.l1_loss, "mse": nn.functional.mse_loss, "huber": nn.functional.huber_loss}
 # Network settings that no longer exist, with why. Artifacts and checkpoints written before carry them: they are
 # dropped here (weights are unaffected: the setting created no parameters); new configs should not name them.
@@ -71,6 +72,24 @@ class CrystalRegressor(L.LightningModule):
     def forward(self, batch) -> torch.Tensor:
         """Predicted target per structure, shape ``(n_graphs,)``, in the target unit."""
         return self._denormalise(self.net(batch), self._scale(batch))
+
+    def embed(self, batch, layer: str = "pooled") -> torch.Tensor:
+        """Learned representation of each structure, shape ``(n_graphs, d)``, for the applicability domain.
+
+        Parameters
+        ----------
+        batch : torch_geometric.data.Batch
+            Crystal graphs.
+        layer : str
+            ``"pooled"``: the pooled structure features the head reads (PRDNet: ``[mean_j h_j ; D]``,
+            ``d = 2·dim``); ``"hidden"``: the head's hidden layer after its activation (``d = dim``).
+            Both are invariant to rotation, translation, atom order and cell choice.
+
+        """
+        if layer not in EMBEDDING_LAYERS:
+            raise ValueError(f"unknown embedding layer {layer!r}; use one of {EMBEDDING_LAYERS}")
+        z = self.net.embed(batch)
+        return self.net.head[:-1](z) if layer == "hidden" else z
 
     def _standardised_loss(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
         t, scale = self.hparams.target, self._scale(batch)

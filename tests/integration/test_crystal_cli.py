@@ -49,7 +49,7 @@ def test_predict_examples_cli(tiny_run, tmp_path, capsys):
     assert main(["crystal", "predict", "--model", str(tiny_run["artifact"]), str(EXAMPLES), "--output", str(out)]) == 0
     df = read_preds(out)
     assert list(df.columns) == ["source", "formula", "n_atoms", "heat_all", "heat_all_lower", "heat_all_upper",
-                                "alpha", "note", "error"]
+                                "alpha", "domain_pvalue", "in_domain", "note", "error"]
     assert len(df) == len(list(EXAMPLES.iterdir())) and df["error"].isna().all()
     half = (df["heat_all_upper"] - df["heat_all_lower"]) / 2
     assert (half > 0).all() and half.map(math.isfinite).all()  # α = 0.1 is finite with 12 calibration structures

@@ -2,15 +2,24 @@
 
 Loading never unpickles anything: weights come from safetensors, everything else from JSON/YAML, and
 every failure is an :class:`ArtifactError` with a one-line message naming the file.
+
+Optional extra JSON files (e.g. ``domain.json``, the applicability-domain state of :mod:`sciml.uq.domain`)
+are listed with their sha256 in ``metadata.json`` under ``extra_files``; :func:`load_artifact` reads and
+verifies exactly the listed ones (an artifact written before extras existed lists none and loads as before;
+an unlisted file in the folder is ignored). :func:`add_extra_files` adds extras to an existing artifact without
+touching its weights, config or calibrator.
 """
 
 from __future__ import annotations
 
 import json
 import platform
-from collections.abc import Callable
-from dataclasses import dataclass
+import re
+import shutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 import yaml
@@ -20,6 +29,7 @@ from sciml.core.io.checksum import sha256_file
 
 FORMAT_VERSION = 1
 FILES = ("config.yaml", "weights.safetensors", "metadata.json", "calibrator.json", "README.md")
+EXTRA_NAME = re.compile(r"[a-z][a-z0-9_]*\.json")  # extra files: lower-case JSON names beside FILES
 
 
 class ArtifactError(ValueError):
@@ -35,6 +45,7 @@ class Artifact:
     metadata: dict
     state_dict: dict[str, torch.Tensor]
     calibrator: dict | None
+    extras: dict[str, Any] = field(default_factory=dict)  # parsed extra JSON files by name, e.g. "domain.json"
 
 
 def versions() -> dict[str, str]:
@@ -48,9 +59,27 @@ def versions() -> dict[str, str]:
             "e3nn": e3nn.__version__, "python": platform.python_version()}
 
 
+def _check_extra_names(extras: Mapping[str, Any]) -> None:
+    bad = [n for n in extras if not isinstance(n, str) or not EXTRA_NAME.fullmatch(n) or n in FILES]
+    if bad:
+        raise ValueError(f"extra artifact files {bad} must be lower-case '<name>.json' names other than {FILES}")
+
+
+def _write_extras(folder: Path, extras: Mapping[str, Any]) -> dict[str, str]:
+    """Write each extra as JSON into ``folder``; return ``{name: sha256}`` for ``metadata.json``."""
+    _check_extra_names(extras)
+    for name, content in extras.items():
+        (folder / name).write_text(json.dumps(content, allow_nan=False))
+    return {name: sha256_file(folder / name) for name in sorted(extras)}
+
+
 def save_artifact(path: str | Path, *, config: dict, state_dict: dict[str, torch.Tensor], metadata: dict,
-                  calibrator: dict | None, card: str) -> Path:
-    """Write an artifact folder atomically (an existing folder is replaced only once the new one is complete)."""
+                  calibrator: dict | None, card: str, extras: Mapping[str, Any] | None = None) -> Path:
+    """Write an artifact folder atomically (an existing folder is replaced only once the new one is complete).
+
+    ``extras`` maps extra file names (``"domain.json"``) to JSON-serialisable content (finite numbers only);
+    they are written beside the standard files and listed with their sha256 in ``metadata["extra_files"]``.
+    """
     from safetensors.torch import save_file
 
     path = Path(path)
@@ -60,11 +89,63 @@ def save_artifact(path: str | Path, *, config: dict, state_dict: dict[str, torch
         (tmp / "weights.safetensors").chmod(default_mode())  # safetensors writes 0600; give what open() would
         meta = {"format_version": FORMAT_VERSION, "versions": versions(), **metadata,
                 "weights_sha256": sha256_file(tmp / "weights.safetensors")}
+        if extras:
+            meta["extra_files"] = _write_extras(tmp, extras)
         (tmp / "metadata.json").write_text(json.dumps(meta, indent=1))
         (tmp / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
         (tmp / "calibrator.json").write_text(json.dumps(calibrator))
         (tmp / "README.md").write_text(card)
     return path
+
+
+def add_extra_files(path: str | Path, extras: Mapping[str, Any], *, metadata: Mapping[str, Any] | None = None,
+                    card: str | None = None) -> Path:
+    """Add (or replace) extra JSON files of an existing artifact, atomically; weights, config and calibrator stay.
+
+    Parameters
+    ----------
+    path : str or Path
+        Artifact folder (verified with :func:`load_artifact` first).
+    extras : mapping
+        Extra file name -> JSON-serialisable content (see :func:`save_artifact`).
+    metadata : mapping, optional
+        Keys to add to or replace in ``metadata.json`` (not ``format_version``, ``weights_sha256``,
+        ``extra_files``).
+    card : str, optional
+        New ``README.md`` (model card); the old one is kept when ``None``.
+
+    """
+    art = load_artifact(path)
+    reserved = {"format_version", "weights_sha256", "extra_files"} & set(metadata or {})
+    if reserved:
+        raise ValueError(f"metadata keys {sorted(reserved)} are managed by the artifact writer")
+    with atomic_directory(art.path) as tmp:
+        for name in FILES:
+            if (art.path / name).is_file():
+                shutil.copy2(art.path / name, tmp / name)
+        kept = {n: art.extras[n] for n in art.extras if n not in extras}
+        meta = {**art.metadata, **(metadata or {})}
+        meta["extra_files"] = _write_extras(tmp, {**kept, **extras})
+        (tmp / "metadata.json").write_text(json.dumps(meta, indent=1))
+        if card is not None:
+            (tmp / "README.md").write_text(card)
+    return art.path
+
+
+def _read_extras(path: Path, metadata: dict) -> dict[str, Any]:
+    listed = metadata.get("extra_files", {})
+    if not isinstance(listed, dict) or not all(isinstance(n, str) and EXTRA_NAME.fullmatch(n) and n not in FILES
+                                               and isinstance(h, str) for n, h in listed.items()):
+        raise ArtifactError(f"{path / 'metadata.json'}: 'extra_files' must map '<name>.json' to a sha256; re-export")
+    out = {}
+    for name, digest in listed.items():
+        if not (path / name).is_file():
+            raise ArtifactError(f"{path / name}: listed in metadata.json but missing; restore or re-export the model")
+        if sha256_file(path / name) != digest:
+            raise ArtifactError(f"{path / name}: checksum does not match metadata.json (corrupted or edited file); "
+                                "restore or re-export the model")
+        out[name] = _read_json(path / name)
+    return out
 
 
 def _read_json(path: Path):
@@ -120,7 +201,8 @@ def load_artifact(path: str | Path, task: str | None = None) -> Artifact:
         raise ArtifactError(f"{path / 'config.yaml'}: expected a mapping")
     if task is not None and config.get("task") != task:
         raise ArtifactError(f"{path}: task is {config.get('task')!r}, not a {task} model; pass a {task} artifact")
-    return Artifact(path, config, metadata, state_dict, _read_json(path / "calibrator.json"))
+    return Artifact(path, config, metadata, state_dict, _read_json(path / "calibrator.json"),
+                    _read_extras(path, metadata))
 
 
 def restore_module(art: Artifact, build: Callable[..., torch.nn.Module]) -> torch.nn.Module:

@@ -35,10 +35,13 @@ class CGCNN(nn.Module):
         self.convs = nn.ModuleList(CGConv(dim, dim, batch_norm=True) for _ in range(n_layers))
         self.head = nn.Sequential(nn.Linear(dim, dim), nn.Softplus(), nn.Linear(dim, 1))
 
-    def forward(self, batch) -> torch.Tensor:
-        """Predict one intensive value per structure, shape ``(n_graphs,)``."""
+    def embed(self, batch) -> torch.Tensor:
+        """Mean-pooled atom features fed to the head, shape ``(n_graphs, dim)``."""
         h, e = self.encoder(batch)
         for conv in self.convs:
             h = conv(h, batch[keys.EDGE_INDEX].flip(0), e)
-        pooled = global_mean_pool(h, batch[keys.BATCH], size=len(batch[keys.N_ATOMS]))
-        return self.head(pooled).squeeze(-1)
+        return global_mean_pool(h, batch[keys.BATCH], size=len(batch[keys.N_ATOMS]))
+
+    def forward(self, batch) -> torch.Tensor:
+        """Predict one intensive value per structure, shape ``(n_graphs,)``."""
+        return self.head(self.embed(batch)).squeeze(-1)

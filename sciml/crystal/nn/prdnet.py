@@ -59,8 +59,11 @@ class PRDNet(nn.Module):
         self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(width, dim), nn.SiLU(), nn.Dropout(dropout),
                                   nn.Linear(dim, 1))
 
-    def forward(self, batch) -> torch.Tensor:
-        """Predict one intensive value per structure, shape ``(n_graphs,)``."""
+    def embed(self, batch) -> torch.Tensor:
+        """Structure representation fed to the head, shape ``(n_graphs, 2·dim)`` (``dim`` without diffraction).
+
+        ``[mean_j h_j ; D(h⁰, G)]``: invariant like the output (rotation, translation, atom order, cell choice).
+        """
         h0, e = self.encoder(batch)
         h = h0
         for layer in self.layers:
@@ -68,4 +71,8 @@ class PRDNet(nn.Module):
         pooled = global_mean_pool(h, batch[keys.BATCH], size=len(batch[keys.N_ATOMS]))
         if self.diffraction is not None:
             pooled = torch.cat([pooled, self.diffraction(h0, batch)], dim=-1)
-        return self.head(pooled).squeeze(-1)
+        return pooled
+
+    def forward(self, batch) -> torch.Tensor:
+        """Predict one intensive value per structure, shape ``(n_graphs,)``."""
+        return self.head(self.embed(batch)).squeeze(-1)
