@@ -4,6 +4,7 @@ Examples
 --------
 ``sciml data hamiltonian --molecule water --n 200 --out runs/data/water``
 ``sciml data hamiltonian --xyz traj.xyz --out runs/data/traj --format both``
+``sciml data hamiltonian --molecule water --n 50 --sigma 0.03 --sigma-max 0.10 --rotate --out runs/data/broad``
 ``sciml data hamiltonian --crystal Si --kmesh 2 2 2 --n 3 --out runs/data/si``
 
 """
@@ -25,6 +26,10 @@ def add_parser(sub, name: str) -> None:
     p.add_argument("--n", type=int, default=None, help="conformers/structures (default 10; all frames for --xyz)")
     p.add_argument("--sigma", type=float, default=None,
                    help="Gaussian displacement per coordinate, Å (default 0.05 molecules, 0.03 crystals)")
+    p.add_argument("--sigma-max", type=float, default=None,
+                   help="molecules: draw each conformer's σ uniformly in [--sigma, --sigma-max] Å (a broader set)")
+    p.add_argument("--rotate", action="store_true",
+                   help="molecules: turn each conformer by a uniformly random rotation (random orientation)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--xc", default="pbe", help="functional, or 'hf' (default pbe)")
     p.add_argument("--basis", default=None, help="basis (default def2-svp; gth-szv for crystals)")
@@ -58,12 +63,14 @@ def run(args, overrides: list[str]) -> int:
     sigma = 0.05 if args.sigma is None else args.sigma
     if args.molecule:
         name, (numbers, base) = args.molecule, builtin_molecule(args.molecule)
-        frames = displaced_conformers(base, args.n or 10, sigma, args.seed)
+        frames = displaced_conformers(base, args.n or 10, sigma, args.seed, sigma_max=args.sigma_max,
+                                      rotate=args.rotate)
     else:
         name = Path(args.xyz).stem
         numbers, frames = read_xyz_frames(args.xyz)
         if len(frames) == 1:
-            frames = displaced_conformers(frames[0], args.n or 10, sigma, args.seed)
+            frames = displaced_conformers(frames[0], args.n or 10, sigma, args.seed, sigma_max=args.sigma_max,
+                                          rotate=args.rotate)
         elif args.n:
             frames = frames[: args.n]
     jobs = [MoleculeJob(name, k, tuple(int(z) for z in numbers), tuple(map(tuple, f.tolist())))

@@ -1,4 +1,4 @@
-"""``sciml hamiltonian predict --model DIR FILE... --output DIR [--alpha A] [--reference REF...] [--plot]``.
+"""``sciml hamiltonian predict --model DIR FILE... --output DIR [--alpha A] [--beta B] [--shift-aware] [--plot]``.
 
 Molecule models take ``.xyz`` files (Å); crystal models (trained with ``sciml fit --config
 configs/hamiltonian/si-c.yaml``) take structure files (CIF, POSCAR; pyscf.pbc builds H0 and S) or DeepH folders
@@ -27,6 +27,14 @@ def add_parser(sub, name: str) -> None:
     q.add_argument("--reference", nargs="*", default=None,
                    help="reference H (.npy, pyscf AO order, Hartree; crystals: a DeepH folder with H), one per input")
     q.add_argument("--plot", action="store_true", help="draw predicted (and reference) orbital levels")
+    q.add_argument("--beta", type=float, default=None,
+                   help="molecules: domain flag level; a molecule with domain p-value <= beta is out of domain "
+                        "(default: the model's, 0.05; an exchangeable molecule is flagged with probability <= beta)")
+    q.add_argument("--shift-aware", action="store_true",
+                   help="molecules: weighted conformal intervals against all inputs together (covariate shift), "
+                        "with an effective-sample-size guard: infinite intervals rather than false confidence")
+    q.add_argument("--min-ess", type=float, default=50.0, help="ESS floor of --shift-aware (default 50)")
+    q.add_argument("--batch-size", type=int, default=16, help="molecules per network call")
     q.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     q.add_argument("--kpath", type=int, default=60, help="crystals: k-points along the high-symmetry path")
     q.add_argument("--symprec", type=float, default=0.1,
@@ -78,15 +86,35 @@ def run_predict(args, overrides: list[str]) -> int:
     check_alpha_arg(args.alpha)
     if args.reference is not None and len(args.reference) != len(args.inputs):
         raise ValueError(f"--reference needs one file per input ({len(args.inputs)}), got {len(args.reference)}")
+    if args.beta is not None and not 0 < args.beta < 1:
+        raise ValueError(f"--beta must be in (0, 1), got {args.beta}")
     predictor = load_model(args.model or DEFAULT_MODEL)
     if predictor.periodic:
+        if args.shift_aware or args.beta is not None:
+            raise ValueError("--shift-aware and --beta apply to molecule models; crystal models have no domain test")
         return _run_crystal(args, predictor)
+    if predictor.domain is None:
+        print(f"note: {predictor.path} has no domain.json: whether an input resembles the training data is unknown "
+              "(re-export the model, or sciml.hamiltonian.export.add_domain)", file=sys.stderr)
+    n_rows = n_flagged = 0
     for row in predict_files(args.inputs, predictor, args.output, args.alpha, args.reference, args.plot,
-                             progress=not args.no_progress):
-        gap = (f"gap {row['gap_ev']:.3f} eV" + _interval(row["gap_ev"], row["gap_lower_ev"], row["gap_upper_ev"],
-                                                          args.alpha)
-               if "gap_ev" in row else "no gap (no virtual orbital predicted)")
-        print(f"{row['source']}: HOMO {row['homo_ev']:.3f} eV, {gap} -> {row['folder']}", flush=True)
-    print(f"wrote {len(args.inputs)} folder(s) under {args.output}; energies in eV and Hartree, "
-          f"{100 * (1 - args.alpha):.0f}% conformal intervals per orbital", file=sys.stderr)
+                             progress=not args.no_progress, beta=args.beta, shift_aware=args.shift_aware,
+                             min_ess=args.min_ess, batch_size=args.batch_size):
+        n_rows += 1
+        n_flagged += row["in_domain"] is False
+        gap = "no gap (no virtual orbital predicted)"
+        if "gap_ev" in row:
+            mark = "" if row["interval_guarantee"] else " (no guarantee)"
+            gap = f"gap {row['gap_ev']:.3f} eV" + _interval(row["gap_ev"], row["gap_lower_ev"], row["gap_upper_ev"],
+                                                            args.alpha) + (mark if row["gap_lower_ev"] ==
+                                                                           row["gap_lower_ev"] else "")
+        domain = "" if row["domain_pvalue"] is None else f", domain p {row['domain_pvalue']:.3f}"
+        print(f"{row['source']}: HOMO {row['homo_ev']:.3f} eV, {gap}{domain} -> {row['folder']}", flush=True)
+        if row["note"]:
+            print(f"  {row['note']}", flush=True)
+    flagged = (f"{n_flagged} of {n_rows} out of domain (intervals marked: no guarantee)" if predictor.domain
+               else "domain unknown")
+    print(f"wrote {n_rows} folder(s) under {args.output}; {flagged}; energies in eV and Hartree, "
+          f"{100 * (1 - args.alpha):.0f}% conformal intervals per orbital"
+          + (" (shift-aware)" if args.shift_aware else ""), file=sys.stderr)
     return 0

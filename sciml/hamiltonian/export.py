@@ -17,10 +17,12 @@ import numpy as np
 import torch
 
 from sciml.core.io.artifact import save_artifact
+from sciml.hamiltonian.domain import FILE as DOMAIN_FILE
+from sciml.hamiltonian.domain import HamiltonianDomain, fit_domain, orbital_groups, structure_errors
 from sciml.hamiltonian.loss import gauge_shift, matrix_mae, orbital_energies
 from sciml.hamiltonian.module import HamiltonianModule
 from sciml.hamiltonian.units import HARTREE_MEV
-from sciml.uq import SplitConformal, coverage, mean_width
+from sciml.uq import MondrianConformal, mean_width
 
 
 def _cosine(h_pred: np.ndarray, h_ref: np.ndarray, s: np.ndarray, n_occ: int) -> float:
@@ -71,16 +73,36 @@ def summarise(res: dict[str, np.ndarray]) -> dict[str, float]:
             float(100 * res["cosine"].mean()), "n_structures": len(res["h_mae"])}
 
 
-def calibrate(module: HamiltonianModule, dm, alpha: float = 0.1, score: str = "absolute"
-              ) -> tuple[SplitConformal, dict[str, float]]:
-    """Split conformal on orbital-energy residuals of the calib split; coverage and width on the test split."""
-    cal_res, test_res = evaluate(module, dm.calib_dataloader()), evaluate(module, dm.test_dataloader())
-    cal = SplitConformal(score=score, alpha=alpha)
-    cal.fit_predictions(torch.from_numpy(cal_res["eps_pred"]), torch.from_numpy(cal_res["eps_ref"]))
-    interval = cal.predict_set(torch.from_numpy(test_res["eps_pred"]), alpha=alpha)
-    y = torch.from_numpy(test_res["eps_ref"])
-    return cal, {"test_coverage": float(coverage(interval, y)), "test_width_mev": float(mean_width(interval))
-                 * HARTREE_MEV, "alpha": alpha, "n_calib_orbitals": int(cal.n_calib)} | summarise(test_res)
+def calibrate(module: HamiltonianModule, dm, alpha: float = 0.1, score: str = "normalized",
+              domain: dict | None = None) -> tuple[MondrianConformal, dict[str, float], HamiltonianDomain]:
+    """Domain test and per-orbital conformal intervals of a molecule model (:mod:`sciml.hamiltonian.domain`).
+
+    The calibrator is Mondrian by orbital (HOMO −1, LUMO 0, ...) on the normalised score ``|ε − ε̂|/σ(x)`` of
+    the calib split, ``σ(x) = s(x)^γ`` from the domain test's k-NN distance (``score="absolute"``: ``γ = 0``, one
+    width per orbital). ``domain``: keyword arguments of :func:`~sciml.hamiltonian.domain.fit_domain`. Metrics:
+    the test split's errors (:func:`summarise`), the coverage and mean width of its intervals, its domain flag
+    rate at ``β``, and the coverage of its unflagged structures.
+    """
+    if score not in ("normalized", "absolute"):
+        raise ValueError(f"calibration.score {score!r}: molecule models calibrate 'normalized' (widths scale with "
+                         "the domain distance) or 'absolute' (one width per orbital)")
+    settings = dict(domain or {})
+    if score == "absolute":
+        settings["sigma_power"] = 0.0
+    dom = fit_domain(module, dm, **settings)
+    cal = MondrianConformal(score="normalized", alpha=alpha).fit(dom.shift_scores, dom.shift_groups)
+    test = dm.collate_fn(dm.datasets["test"])
+    emb, eps, y = structure_errors(module, test)
+    rows = torch.repeat_interleave(torch.arange(len(emb)), test.n_eig)
+    interval = cal.predict_set(eps, orbital_groups(test.n_eig, test.n_occ), dom.sigma(emb)[rows], alpha)
+    covered = ((y >= interval.lower) & (y <= interval.upper)).double()
+    flagged = dom.pvalue(emb) <= dom.beta
+    metrics = {"test_coverage": float(covered.mean()), "test_width_mev": float(mean_width(interval)) * HARTREE_MEV,
+               "alpha": alpha, "n_calib_orbitals": len(dom.shift_scores), "calibration": f"mondrian by orbital, {score}",
+               "sigma_power": dom.sigma_power, "domain_beta": dom.beta, "test_flag_rate": float(flagged.double().mean()),
+               "test_in_domain_coverage": float(covered[~flagged[rows]].mean()) if (~flagged).any() else float("nan"),
+               "n_domain_reference": int(dom.score.reference.shape[0]), "n_domain_calib": dom.score.n_calib}
+    return cal, metrics | summarise(evaluate(module, dm.test_dataloader())), dom
 
 
 def crystal_scores(predictor, structures) -> tuple[dict[str, float], torch.Tensor, torch.Tensor]:
@@ -152,12 +174,26 @@ def model_card(name: str, cfg: dict, metrics: dict, sizes: dict) -> str:
         f"- occupied orbital energy MAE {m['occupied_energy_mae_mev']:.3g} meV, HOMO–LUMO gap MAE "
         f"{m['gap_mae_mev']:.3g} meV, occupied-orbital cosine {m['occupied_cosine_percent']:.3f} %",
         f"- {100 * (1 - m['alpha']):.0f}% conformal intervals on orbital energies: coverage {m['test_coverage']:.3f}, "
-        f"mean width {m['test_width_mev']:.3g} meV", "", "## Intended use and limits",
+        f"mean width {m['test_width_mev']:.3g} meV" + (f" ({m['calibration']}, σ(x) = s(x)^{m['sigma_power']:g})"
+                                                      if "calibration" in m else ""),
+        *_domain_lines(m), "", "## Intended use and limits",
         f"- Molecules made of the trained elements {', '.join(_symbols(cfg['module']['layout']))}, same basis "
         "set; geometries close to the training conformers (random displacements, "
         "σ = 0.05 Å, of one near-equilibrium geometry): no guarantee for other molecules or distorted geometries.",
         "- Prediction needs pyscf (quantum extra) for S and H0 of new geometries.",
-        "- Intervals are split-conformal over orbitals of exchangeable structures (marginal over orbitals).", ""])
+        "- Intervals are split-conformal per orbital for structures exchangeable with the calibration split; a "
+        "structure flagged out of domain (`in_domain: false`) carries no guarantee.", ""])
+
+
+def _domain_lines(m: dict) -> list[str]:
+    if "domain_beta" not in m:
+        return []
+    return ["", "## Applicability domain (`domain.json`)",
+            f"- k-NN conformal novelty test on whitened invariant H0 features (pooled l = 0 irreps): reference "
+            f"coreset of {m['n_domain_reference']} train structures, calibrated on {m['n_domain_calib']} held-out "
+            f"train + calib structures; flag level β = {m['domain_beta']:g} (an exchangeable structure is flagged "
+            f"with probability ≤ β). Test split: {100 * m['test_flag_rate']:.1f}% flagged, in-domain coverage "
+            f"{m['test_in_domain_coverage']:.3f}."]
 
 
 def crystal_card(name: str, cfg: dict, metrics: dict, sizes: dict) -> str:
@@ -188,17 +224,25 @@ def crystal_card(name: str, cfg: dict, metrics: dict, sizes: dict) -> str:
 
 def export(ckpt: str | Path, state: dict, output: str | Path, cfg: dict, calibrate_: bool = True,
            alpha: float = 0.1, score: str | None = None) -> dict:
-    """Export the checkpoint ``ckpt`` (already loaded as ``state``) of a Hamiltonian run to ``output``."""
+    """Export the checkpoint ``ckpt`` (already loaded as ``state``) of a Hamiltonian run to ``output``.
+
+    Molecule models also get ``domain.json`` (:mod:`sciml.hamiltonian.domain`; settings from
+    ``calibration.domain``) and a per-orbital calibrator on the ``normalized`` score unless ``score`` says
+    ``absolute``; the training callback's ``calibration.score`` is not used for them.
+    """
     from sciml.hamiltonian.task import datamodule
 
     hparams = dict(state["hyper_parameters"])
     module = HamiltonianModule(**hparams)
     module.load_state_dict(state["state_dict"], strict=True)
     dm = datamodule(cfg, None)
+    extras = {}
     if dm.periodic:
         cal, metrics = calibrate_crystals(module, dm, alpha)
     else:
-        cal, metrics = calibrate(module, dm, alpha, score or cfg.get("calibration", {}).get("score", "absolute"))
+        cal, metrics, dom = calibrate(module, dm, alpha, score or "normalized",
+                                      (cfg.get("calibration") or {}).get("domain"))
+        extras[DOMAIN_FILE] = dom.to_dict()
     art_cfg = {"task": "hamiltonian", "module": hparams, "data": cfg["data"]}
     target = ({"name": "band_energies", "unit": "hartree"} if dm.periodic else
               {"name": "orbital_energies", "unit": "hartree"})
@@ -208,5 +252,40 @@ def export(ckpt: str | Path, state: dict, output: str | Path, cfg: dict, calibra
                 "split_sizes": dm.split_sizes(), "metrics": metrics, "source_checkpoint": Path(ckpt).name}
     card = (crystal_card if dm.periodic else model_card)(Path(output).name, art_cfg, metrics, dm.split_sizes())
     save_artifact(output, config=art_cfg, state_dict=module.state_dict(), metadata=metadata,
-                  calibrator=cal.to_dict() if calibrate_ else None, card=card)
+                  calibrator=cal.to_dict() if calibrate_ else None, card=card, extras=extras if calibrate_ else None)
+    return metrics
+
+
+def add_domain(path: str | Path, data_path: str | None = None, alpha: float = 0.1, score: str = "normalized",
+               domain: dict | None = None) -> dict:
+    """Give an existing molecule artifact a domain test and per-orbital intervals without touching its weights.
+
+    The data module is rebuilt from the artifact's recorded ``data`` section (path, split fractions and seed;
+    ``data_path`` replaces a path that moved), so the train/calib/test splits are the ones it was exported
+    with. Rewrites ``calibrator.json``, ``domain.json``, the metrics in ``metadata.json`` and the card;
+    ``weights.safetensors`` and ``config.yaml`` are copied unchanged. Returns the new metrics.
+    """
+    from sciml.core.io.artifact import load_artifact
+    from sciml.hamiltonian.task import datamodule
+
+    art = load_artifact(path, task="hamiltonian")
+    cfg = {"data": dict(art.config["data"]) | ({"path": data_path} if data_path else {})}
+    dm = datamodule(cfg, None)
+    if dm.periodic:
+        raise ValueError(f"{path}: a crystal model; domain tests are fitted for molecule models only")
+    module = HamiltonianModule(**art.config["module"])
+    module.load_state_dict(art.state_dict, strict=True)
+    cal, metrics, dom = calibrate(module, dm, alpha, score, domain)
+    old = dict(art.metadata.get("metrics") or {})
+    metrics["previous_calibration"] = {k: old[k] for k in ("test_coverage", "test_width_mev") if k in old}
+    card = model_card(Path(path).name, dict(art.config), metrics, dm.split_sizes())
+    card += ("\n## Domain test added after training\n- `domain.json` and the per-orbital calibrator were fitted "
+             "with `sciml.hamiltonian.export.add_domain` on the splits rebuilt from the recorded data path, fractions "
+             f"and seed ({dm.split_sizes()}, seed {dm.seed}); the weights are unchanged (same sha256).\n")
+    reserved = ("format_version", "versions", "weights_sha256", "extra_files")
+    meta = {k: v for k, v in art.metadata.items() if k not in reserved} | {"metrics": metrics}
+    save_artifact(art.path, config=art.config, state_dict=art.state_dict, metadata=meta, calibrator=cal.to_dict(),
+                  card=card, extras={DOMAIN_FILE: dom.to_dict()})
+    if load_artifact(art.path).metadata["weights_sha256"] != art.metadata["weights_sha256"]:
+        raise RuntimeError(f"{path}: rewriting changed weights.safetensors; restore it from version control")
     return metrics

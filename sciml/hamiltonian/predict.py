@@ -22,6 +22,9 @@ import torch
 from sciml.core.io.artifact import ArtifactError, load_artifact
 from sciml.core.io.shipped import shipped_path
 from sciml.hamiltonian.data.datamodule import collate, structure_to_sample
+from sciml.hamiltonian.domain import FILE as DOMAIN_FILE
+from sciml.hamiltonian.domain import HamiltonianDomain, orbital_groups
+from sciml.hamiltonian.embed import h0_embedding
 from sciml.hamiltonian.module import HamiltonianModule
 from sciml.hamiltonian.orbitals import OrbitalLayout
 from sciml.hamiltonian.structure import HamiltonianStructure
@@ -46,6 +49,7 @@ class HamiltonianPredictor:
     path: Path
     periodic: bool = False
     generator: dict = field(default_factory=dict)
+    domain: HamiltonianDomain | None = None  # molecule models exported with a domain test (domain.json)
 
 
 #: network settings of the first crystal models (``task: hamiltonian-crystal`` artifacts, e.g. si-c-pbe-gth)
@@ -85,9 +89,18 @@ def load_model(path: str | Path = DEFAULT_MODEL) -> HamiltonianPredictor:
     module.eval()
     meta = module.hparams.get("meta") or {}
     calibrator = calibrator_from_dict(art.calibrator) if art.calibrator else None
+    domain = None
+    if DOMAIN_FILE in art.extras:
+        try:
+            domain = HamiltonianDomain.from_dict(art.extras[DOMAIN_FILE])
+        except ValueError as err:
+            raise ArtifactError(f"{Path(path) / DOMAIN_FILE}: {err}; re-export the model") from None
+    if getattr(calibrator, "score_name", None) == "normalized" and domain is None:
+        raise ArtifactError(f"{Path(path) / 'calibrator.json'}: normalised intervals need {DOMAIN_FILE}, which is "
+                            "missing from metadata.json's extra_files; re-export the model")
     return HamiltonianPredictor(module, calibrator, module.layout, str(meta.get("basis", "def2-svp")),
                                 str(meta.get("xc", "pbe")), Path(path), bool(meta.get("periodic")),
-                                dict(meta.get("generator") or {}))
+                                dict(meta.get("generator") or {}), domain)
 
 
 def read_xyz(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
@@ -154,13 +167,63 @@ def structure_from_matrices(numbers, positions, mats: dict, layout: OrbitalLayou
                                            layout, meta={"n_occupied": int(n_occupied), "source": source})
 
 
+@dataclass
+class BatchIntervals:
+    """Orbital-energy intervals of a batch (Hartree, ``(K,)``) and what they mean."""
+
+    lower: torch.Tensor
+    upper: torch.Tensor
+    method: str  # "none", "split (pooled)", "mondrian by orbital", "... shift-aware"
+    note: str = ""  # batch-level note (the shift-aware ESS guard)
+
+
+def orbital_intervals(predictor: HamiltonianPredictor, eps: torch.Tensor, batch, emb: torch.Tensor | None,
+                      alpha: float | None, shift_aware: bool = False, min_ess: float = 50.0) -> BatchIntervals:
+    """Intervals of the calibrator kind the artifact holds (pooled split; Mondrian by orbital, normalised by σ(x)).
+
+    ``shift_aware``: weighted conformal against the batch (:mod:`sciml.hamiltonian.shift`), ``+inf`` under the
+    ESS guard. ``emb``: raw embeddings ``(G, d)`` (needed by normalised and shift-aware intervals).
+    """
+    cal = predictor.calibrator
+    nan = torch.full_like(eps, math.nan)
+    if cal is None or alpha is None:
+        if shift_aware:
+            raise ValueError(f"{predictor.path}: --shift-aware needs a calibrated model")
+        return BatchIntervals(nan, nan, "none")
+    rows = torch.repeat_interleave(torch.arange(int(batch.num_graphs)), batch.n_eig)
+    if getattr(cal, "method", None) != "mondrian":
+        if shift_aware:
+            raise ValueError(f"{predictor.path}: --shift-aware needs a model exported with a domain test "
+                             "(domain.json, per-orbital calibrator); re-export it or drop --shift-aware")
+        interval = cal.predict_set(eps, alpha=alpha)
+        return BatchIntervals(interval.lower, interval.upper, "split conformal, pooled over orbitals")
+    groups = orbital_groups(batch.n_eig, batch.n_occ)
+    sigma = (predictor.domain.sigma(emb)[rows] if cal.score_name == "normalized" else torch.ones_like(eps))
+    if shift_aware:
+        from sciml.hamiltonian.shift import shift_thresholds
+
+        res = shift_thresholds(predictor.domain, emb, rows, groups, alpha, min_ess)
+        q, method = res.thresholds, "weighted conformal against the batch, per orbital"
+        note = (f"shift-aware: effective sample size {res.ess:.1f} of the calibration weights is below "
+                f"{res.ess_floor:.1f}: intervals are infinite (no claim rather than false confidence)"
+                if res.guarded else "")
+    else:
+        q, method, note = cal.threshold_or_inf(groups, alpha), "split conformal, Mondrian by orbital", ""
+    half = q * sigma
+    return BatchIntervals(eps - half, eps + half, method + (", normalised by σ(x)" if cal.score_name == "normalized"
+                                                            else ""), note)
+
+
 @torch.no_grad()
 def predict_structures(structures: list[HamiltonianStructure], predictor: HamiltonianPredictor,
-                       alpha: float | None = 0.1) -> list[dict]:
-    """Predicted ``H`` (e3nn order), orbital energies with conformal intervals, HOMO–LUMO gap per molecule.
+                       alpha: float | None = 0.1, beta: float | None = None, shift_aware: bool = False,
+                       min_ess: float = 50.0) -> list[dict]:
+    """Predicted ``H`` (e3nn order), orbital energies with conformal intervals, HOMO–LUMO gap, domain p-value.
 
     The gap interval combines the HOMO and LUMO intervals, ``[lo_L − hi_H, hi_L − lo_H]``, so it covers with
-    probability ≥ 1 − 2α (Bonferroni) when each orbital interval covers with ≥ 1 − α.
+    probability ≥ 1 − 2α (Bonferroni) when each orbital interval covers with ≥ 1 − α. With a domain test
+    (``domain.json``) every molecule gets ``domain_pvalue`` and ``in_domain`` (``p > β``; ``β`` defaults to the
+    model's); ``None`` for models without one. Intervals of an out-of-domain molecule carry no guarantee.
     """
     m = predictor.module
     meta = m.hparams.get("meta") or {}
@@ -170,19 +233,28 @@ def predict_structures(structures: list[HamiltonianStructure], predictor: Hamilt
     batch = collate(samples)
     pred = m.predict_step(batch)
     eps = pred.mean.double()
-    lower = upper = torch.full_like(eps, math.nan)
-    if predictor.calibrator is not None and alpha is not None:
-        interval = predictor.calibrator.predict_set(eps, alpha=alpha)
-        lower, upper = interval.lower, interval.upper
+    dom = predictor.domain
+    emb = h0_embedding(batch, nb, eb) if dom is not None else None
+    beta = (dom.beta if dom is not None else None) if beta is None else beta
+    pvalue = dom.pvalue(emb) if dom is not None else None
+    iv = orbital_intervals(predictor, eps, batch, emb, alpha, shift_aware, min_ess)
     out, k0 = [], 0
     for g, s in enumerate(structures):
         n, k, occ = int(batch.n_ao[g]), int(batch.n_eig[g]), int(batch.n_occ[g])
         a, b = int(batch.mat_ptr[g]), int(batch.mat_ptr[g + 1])
-        e, lo, hi = eps[k0:k0 + k], lower[k0:k0 + k], upper[k0:k0 + k]
+        e, lo, hi = eps[k0:k0 + k], iv.lower[k0:k0 + k], iv.upper[k0:k0 + k]
         k0 += k
+        p = None if pvalue is None else float(pvalue[g])
+        in_domain = None if p is None else bool(p > beta)
+        note = iv.note
+        if in_domain is False:
+            note = (f"out of domain (domain p-value {p:.3g} <= beta {beta:g}): unlike the training structures; the "
+                    "intervals carry no coverage guarantee")
         res = {"source": s.meta.get("source", ""), "hamiltonian": pred.meta["hamiltonian"][a:b].reshape(n, n).numpy(),
                "orbital_energies": e.tolist(), "lower": lo.tolist(), "upper": hi.tolist(), "n_occupied": occ,
-               "alpha": alpha}
+               "alpha": alpha, "domain_pvalue": p, "in_domain": in_domain, "domain_beta": beta,
+               "intervals": iv.method, "interval_guarantee": iv.method != "none" and in_domain is not False
+               and not iv.note, "note": note}
         if k > occ:
             res |= {"homo": float(e[occ - 1]), "lumo": float(e[occ]), "gap": float(e[occ] - e[occ - 1]),
                     "gap_lower": float(lo[occ] - hi[occ - 1]), "gap_upper": float(hi[occ] - lo[occ - 1])}
@@ -223,7 +295,9 @@ def write_prediction(folder: Path, structure: HamiltonianStructure, result: dict
            "orbital_energies_hartree": result["orbital_energies"], "lower_hartree": result["lower"],
            "upper_hartree": result["upper"], "orbital_energies_ev": _ev(result["orbital_energies"]),
            "lower_ev": _ev(result["lower"]), "upper_ev": _ev(result["upper"]),
-           "homo_ev": float(result["orbital_energies"][result["n_occupied"] - 1]) * HARTREE_EV}
+           "homo_ev": float(result["orbital_energies"][result["n_occupied"] - 1]) * HARTREE_EV,
+           **{k: result[k] for k in ("domain_pvalue", "in_domain", "domain_beta", "intervals", "interval_guarantee",
+                                     "note")}}
     if "gap" in result:
         row |= {k + "_ev": result[k] * HARTREE_EV for k in ("homo", "lumo", "gap", "gap_lower", "gap_upper")}
     if reference is not None:
@@ -238,39 +312,53 @@ def write_prediction(folder: Path, structure: HamiltonianStructure, result: dict
 
 
 def predict_files(paths, predictor: HamiltonianPredictor, output: str | Path, alpha: float = 0.1,
-                  references=None, plot: bool = False, progress: bool = True):
+                  references=None, plot: bool = False, progress: bool = True, beta: float | None = None,
+                  shift_aware: bool = False, min_ess: float = 50.0, batch_size: int = 16):
     """Yield one summary row per ``.xyz`` file after writing its folder ``<output>/<stem>/``.
 
-    A progress bar on stderr (terminals only) counts molecules and names the stage (pyscf H0/S, network, write).
+    Inputs go through in chunks of ``batch_size``: pyscf builds S and H0 of each (one ``Mole`` per input), then
+    one network call predicts the chunk, then the folders are written. ``shift_aware`` compares the whole batch
+    with the calibration data, so it holds every input's matrices at once (one chunk). A progress bar on stderr
+    (terminals only) counts molecules and names the stage (pyscf H0/S, network, write).
     """
     from tqdm.auto import tqdm
 
-    output = Path(output)
+    if batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {batch_size}")
+    output, paths = Path(output), list(paths)
+    size = len(paths) if shift_aware else batch_size
     bar = tqdm(total=len(paths), desc="molecules", unit="structure", file=sys.stderr,
                disable=None if progress else True)
     try:
-        for k, path in enumerate(paths):
-            bar.set_postfix_str(f"{Path(path).name}: pyscf H0, S")
-            numbers, positions = read_xyz(path)
-            check_elements(numbers, predictor.layout, str(path))
-            mats = zeroth_step(numbers, positions, predictor.basis, predictor.xc, predictor.layout, str(path))
-            structure = structure_from_matrices(numbers, positions, mats, predictor.layout, mats["n_occupied"],
-                                                str(path))
-            reference = None
-            if references:
-                reference = np.load(references[k], allow_pickle=False)
-                if reference.shape != mats["S"].shape:
-                    raise ValueError(f"{references[k]}: reference H has shape {reference.shape}, the molecule in "
-                                     f"{path} needs {mats['S'].shape} (pyscf AO order, {predictor.basis})")
-            bar.set_postfix_str(f"{Path(path).name}: network")
-            result = predict_structures([structure], predictor, alpha)[0]
-            bar.set_postfix_str(f"{Path(path).name}: write")
-            row = write_prediction(output / Path(path).stem, structure, result, mats["S"], predictor, reference)
-            if plot:
-                from sciml.hamiltonian.plot import plot_levels
+        for start in range(0, len(paths), size):
+            chunk = list(range(start, min(start + size, len(paths))))
+            items = [_prepare(paths[k], predictor, references[k] if references else None, bar) for k in chunk]
+            bar.set_postfix_str(f"network ({len(items)} molecule(s))")
+            results = predict_structures([it[0] for it in items], predictor, alpha, beta, shift_aware, min_ess)
+            for k, (structure, s_pyscf, reference), result in zip(chunk, items, results, strict=True):
+                bar.set_postfix_str(f"{Path(paths[k]).name}: write")
+                row = write_prediction(output / Path(paths[k]).stem, structure, result, s_pyscf, predictor, reference)
+                if plot:
+                    from sciml.hamiltonian.plot import plot_levels
 
-                row["plot"] = str(plot_levels(row, output / Path(path).stem / "levels.png"))
-            bar.update()
-            yield row
+                    row["plot"] = str(plot_levels(row, output / Path(paths[k]).stem / "levels.png"))
+                bar.update()
+                yield row
     finally:
         bar.close()
+
+
+def _prepare(path, predictor: HamiltonianPredictor, reference_path, bar):
+    """Read one ``.xyz``, build its S and H0 with pyscf; ``(structure, S (pyscf order), reference H or None)``."""
+    bar.set_postfix_str(f"{Path(path).name}: pyscf H0, S")
+    numbers, positions = read_xyz(path)
+    check_elements(numbers, predictor.layout, str(path))
+    mats = zeroth_step(numbers, positions, predictor.basis, predictor.xc, predictor.layout, str(path))
+    structure = structure_from_matrices(numbers, positions, mats, predictor.layout, mats["n_occupied"], str(path))
+    reference = None
+    if reference_path is not None:
+        reference = np.load(reference_path, allow_pickle=False)
+        if reference.shape != mats["S"].shape:
+            raise ValueError(f"{reference_path}: reference H has shape {reference.shape}, the molecule in "
+                             f"{path} needs {mats['S'].shape} (pyscf AO order, {predictor.basis})")
+    return structure, mats["S"], reference

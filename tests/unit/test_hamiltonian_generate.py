@@ -56,3 +56,24 @@ def test_scf_wrapper_on_malondialdehyde_minimal_basis():
     assert eps[18] < 0 < eps[19]  # HOMO bound, LUMO above it: a sane closed-shell molecule
     layout = OrbitalLayout.from_ao_labels(numbers, res["ao_labels"])
     assert layout.shells == {8: (0, 0, 1), 6: (0, 0, 1), 1: (0,)}
+
+
+def test_broad_and_rotated_conformers_keep_the_default_stream():
+    """``sigma_max``/``rotate`` draw after the displacement: defaults unchanged; σ per conformer in range; rotation
+    keeps every interatomic distance."""
+    from sciml.hamiltonian.data.gen_molecules import builtin_molecule, conformer_sigmas, displaced_conformers
+
+    base = builtin_molecule("water")[1]
+    plain = displaced_conformers(base, 20, 0.05, 3)
+    assert np.array_equal(plain[5], displaced_conformers(base, 1, 0.05, 3, start=5)[0])
+    sig = conformer_sigmas(3, 20, 0.03, 3, sigma_max=0.10)
+    assert ((sig >= 0.03) & (sig <= 0.10)).all() and sig.std() > 0.01
+    broad = displaced_conformers(base, 20, 0.03, 3, sigma_max=0.10)
+    # same normal draws, scaled by each conformer's sigma instead of 0.05
+    np.testing.assert_allclose(broad - base, (plain - base) / 0.05 * sig[:, None, None], atol=1e-12)
+    rot = displaced_conformers(base, 20, 0.03, 3, sigma_max=0.10, rotate=True)
+    dist = lambda x: np.linalg.norm(x[:, :, None] - x[:, None], axis=-1)  # noqa: E731
+    np.testing.assert_allclose(dist(rot), dist(broad), atol=1e-12)
+    assert np.abs(rot - broad).max() > 0.1
+    with pytest.raises(ValueError, match="sigma-max"):
+        displaced_conformers(base, 2, 0.1, 3, sigma_max=0.05)

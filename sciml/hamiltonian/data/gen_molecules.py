@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["MD17", "builtin_molecule", "displaced_conformers", "read_xyz_frames"]
+__all__ = ["MD17", "builtin_molecule", "conformer_sigmas", "displaced_conformers", "read_xyz_frames"]
 
 _WATER = [("O", 0.0, 0.0, 0.117), ("H", 0.0, 0.757, -0.469), ("H", 0.0, -0.757, -0.469)]
 _ETHANOL = [("C", 1.1879, -0.3829, 0.0), ("C", 0.0, 0.5526, 0.0), ("O", -1.1867, -0.2472, 0.0),
@@ -76,16 +76,48 @@ def builtin_molecule(name: str) -> tuple[np.ndarray, np.ndarray]:
             np.array([a[1:] for a in atoms], dtype=np.float64))
 
 
-def displaced_conformers(positions: np.ndarray, n: int, sigma: float, seed: int, start: int = 0) -> np.ndarray:
-    """Conformers ``start .. start+n-1``: every coordinate displaced by N(0, sigma²) Å, shape (n, n_atoms, 3).
+def displaced_conformers(positions: np.ndarray, n: int, sigma: float, seed: int, start: int = 0,
+                         sigma_max: float | None = None, rotate: bool = False) -> np.ndarray:
+    """Conformers ``start .. start+n-1``: every coordinate displaced by N(0, σ²) Å, shape (n, n_atoms, 3).
 
     Conformer k uses its own generator ``default_rng([seed, k])``, so it does not depend on ``n`` (resuming or
-    extending a dataset reproduces the same geometries).
+    extending a dataset reproduces the same geometries). By default σ = ``sigma`` for every conformer. With
+    ``sigma_max``, conformer k draws its own σ uniformly in ``[sigma, sigma_max]`` (a broader, mixed set); with
+    ``rotate``, the displaced conformer is turned by a uniformly random rotation about its centroid (random
+    orientation). Both draws come after the displacement draw, so the default conformers are unchanged.
     """
     if sigma < 0:
         raise ValueError(f"--sigma must be >= 0 Å, got {sigma}")
-    return np.stack([positions + sigma * np.random.default_rng([seed, k]).normal(size=positions.shape)
+    if sigma_max is not None and sigma_max < sigma:
+        raise ValueError(f"--sigma-max ({sigma_max} Å) must be >= --sigma ({sigma} Å)")
+    return np.stack([_conformer(positions, np.random.default_rng([seed, k]), sigma, sigma_max, rotate)
                      for k in range(start, start + n)])
+
+
+def conformer_sigmas(n_atoms: int, n: int, sigma: float, seed: int, start: int = 0,
+                     sigma_max: float | None = None) -> np.ndarray:
+    """The σ (Å) of conformers ``start .. start+n-1`` of :func:`displaced_conformers` (same draws), shape (n,)."""
+    if sigma_max is None:
+        return np.full(n, float(sigma))
+    out = []
+    for k in range(start, start + n):
+        rng = np.random.default_rng([seed, k])
+        rng.normal(size=(n_atoms, 3))
+        out.append(rng.uniform(sigma, sigma_max))
+    return np.asarray(out)
+
+
+def _conformer(positions: np.ndarray, rng: np.random.Generator, sigma: float, sigma_max: float | None,
+               rotate: bool) -> np.ndarray:
+    step = rng.normal(size=positions.shape)
+    s = sigma if sigma_max is None else rng.uniform(sigma, sigma_max)
+    out = positions + s * step
+    if rotate:
+        from scipy.spatial.transform import Rotation
+
+        centre = out.mean(axis=0)
+        out = (out - centre) @ Rotation.random(random_state=rng).as_matrix().T + centre
+    return out
 
 
 MIN_DISTANCE = 0.3  # Å; the shortest bond (H2) is 0.74 Å, so closer atoms are duplicates or unit mistakes

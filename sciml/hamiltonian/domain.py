@@ -1,0 +1,242 @@
+r"""Applicability domain and adaptive orbital-energy intervals of a molecule model (the artifact's ``domain.json``).
+
+**Embedding.** :func:`sciml.hamiltonian.embed.h0_embedding` (pooled ``0e`` irreps of H0: invariant to rotation,
+translation and atom order), standardised and whitened on its principal components (those carrying at least
+``1e-4`` of the variance, at most 16) fitted on the *reference* structures. Whitening gives every independent
+direction of the (low-dimensional) conformer manifold the same weight; plain standardisation lets the many
+features of the O–H bonds drown a distorted bond angle (measured: a 13 µHa conformer of the broad water set
+passed unflagged with standardisation only, not with whitening).
+
+**Domain test.** A :class:`sciml.uq.domain.DomainScore` (k-NN conformal novelty test) with the reference coreset
+drawn from a seeded part (``1 - holdout``) of the *train* split and calibrated on the rest of the train split plus
+the *calib* split. This is valid because the embedding has no learned parameter and the whitening is fitted on
+the reference structures only: the held-out train structures are as exchangeable with a new input as the calib
+ones, and a larger domain-calibration set gives finer p-values (``β`` down to ``1/(n + 1)``).
+
+**Adaptive intervals.** The same k-NN distance ``s(x)`` sets the scale of the orbital-energy intervals,
+``σ(x) = 1 + (s(x)/s̃)^γ`` (``γ = sigma_power``, default 2; ``s̃`` the median domain-calibration score;
+``γ = 0``: ``σ = 1``): a floor for the error that does not vanish near the training data, plus a term for the
+ridge base, linear in its features, whose error away from the data grows like the second-order Taylor remainder,
+the square of the distance. (Measured on water, ``benchmarks/domain_hamiltonian.py``: ``σ = s^2`` without the floor
+made the intervals of the most typical structures too narrow, their misses concentrating at small ``s``.) The calibrator is Mondrian by orbital (group = orbital index minus the
+number of occupied orbitals: HOMO −1, LUMO 0) on the normalised score ``|ε − ε̂| / σ(x)``: per-orbital widths,
+wider for atypical structures, valid marginally for exchangeable structures whatever σ is (Lei et al. 2018).
+
+**Shift-aware data.** The calib split's whitened embeddings and normalised scores (for
+:mod:`sciml.hamiltonian.shift`). Size: ``(n_reference + n_calib) · r + d (r + 2)`` floats plus the scores.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from sciml.hamiltonian.embed import EMBEDDING, h0_embedding
+from sciml.uq.domain import DomainScore
+
+__all__ = ["FILE", "HamiltonianDomain", "fit_domain", "orbital_groups"]
+
+FORMAT_VERSION = 1
+FILE = "domain.json"
+MIN_VARIANCE = 1e-4  # principal components kept: variance fraction >= this
+MAX_COMPONENTS = 16
+
+
+def orbital_groups(n_eig: Tensor, n_occ: Tensor) -> Tensor:
+    """Mondrian group of every predicted orbital: index within its molecule minus ``n_occ`` (HOMO −1, LUMO 0).
+
+    ``n_eig``, ``n_occ``: ``(G,)`` int64 per molecule; returns ``(Σ n_eig,)`` int64.
+    """
+    return torch.cat([torch.arange(int(k)) - int(o) for k, o in zip(n_eig, n_occ, strict=True)]).long()
+
+
+@dataclass
+class HamiltonianDomain:
+    """Domain test, interval scale and shift-aware calibration data of one molecule model (module docstring).
+
+    Attributes
+    ----------
+    mean, scale : torch.Tensor
+        Standardisation of the raw embedding, ``(d,)``.
+    components : torch.Tensor
+        Whitening projection ``(d, r)``: ``z = ((e − mean)/scale) @ components`` has unit variance per column on
+        the reference structures.
+    score : DomainScore
+        Fitted on whitened embeddings.
+    sigma_power : float
+        ``γ`` of ``σ(x) = 1 + (s(x)/s̃)^γ``.
+    shift_emb : torch.Tensor
+        Whitened calib-split embeddings ``(n_s, r)``.
+    shift_rows, shift_groups : torch.Tensor
+        For each calibration orbital: its structure (row of ``shift_emb``) and orbital group, int64 ``(n_o,)``.
+    shift_scores : torch.Tensor
+        Its normalised score ``|ε − ε̂| / σ(x)``, ``(n_o,)``.
+    seed : int
+        Seed of the reference/hold-out split and of the coreset.
+
+    """
+
+    mean: Tensor
+    scale: Tensor
+    components: Tensor
+    score: DomainScore
+    sigma_power: float
+    shift_emb: Tensor
+    shift_rows: Tensor
+    shift_groups: Tensor
+    shift_scores: Tensor
+    seed: int
+
+    @property
+    def beta(self) -> float:
+        """Default flag level ``β``."""
+        return self.score.beta
+
+    def project(self, emb: Tensor) -> Tensor:
+        """Whitened embedding ``(m, r)`` of raw embeddings ``(m, d)`` (:func:`h0_embedding`)."""
+        if emb.dim() != 2 or emb.shape[1] != self.mean.numel():
+            raise ValueError(f"embedding has shape {tuple(emb.shape)}, the domain was fitted on d={self.mean.numel()}")
+        return ((emb.double() - self.mean) / self.scale) @ self.components
+
+    def pvalue(self, emb: Tensor) -> Tensor:
+        """Conformal domain p-value of each raw embedding row; ``(m,)``."""
+        return self.score.pvalue(self.project(emb))
+
+    def sigma(self, emb: Tensor) -> Tensor:
+        """Interval scale ``σ(x) = 1 + (s(x)/s̃)^γ`` of each raw embedding row, ``(m,)`` (>= 1; 1 when ``γ = 0``)."""
+        if self.sigma_power == 0:
+            return torch.ones(emb.shape[0], dtype=torch.float64)
+        s = self.score.score(self.project(emb)) / self.score.cal_scores.median()
+        return 1 + s**self.sigma_power
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe state (the content of ``domain.json``)."""
+        return {"format_version": FORMAT_VERSION, "embedding": EMBEDDING, "seed": self.seed,
+                "sigma_power": self.sigma_power,
+                "whitening": {"mean": self.mean.tolist(), "scale": self.scale.tolist(),
+                              "components": self.components.tolist()},
+                "domain": self.score.to_dict(),
+                "shift": {"embeddings": self.shift_emb.tolist(), "rows": self.shift_rows.tolist(),
+                          "groups": self.shift_groups.tolist(), "scores": self.shift_scores.tolist()}}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> HamiltonianDomain:
+        """Rebuild from :meth:`to_dict` output; ``ValueError`` naming the field on anything malformed."""
+        keys = {"format_version", "embedding", "seed", "sigma_power", "whitening", "domain", "shift"}
+        if not isinstance(d, Mapping) or set(d) != keys:
+            raise ValueError(f"expected the keys {sorted(keys)}")
+        if d["format_version"] != FORMAT_VERSION:
+            raise ValueError(f"format_version {d['format_version']!r} is not supported (reads {FORMAT_VERSION})")
+        if d["embedding"] != EMBEDDING:
+            raise ValueError(f"'embedding' {d['embedding']!r} is not known (this sciml computes {EMBEDDING!r})")
+        if not isinstance(d["seed"], int) or isinstance(d["seed"], bool):
+            raise ValueError(f"'seed' must be an integer, got {d['seed']!r}")
+        power = d["sigma_power"]
+        if not isinstance(power, int | float) or isinstance(power, bool) or not 0 <= power <= 4:
+            raise ValueError(f"'sigma_power' must be a number in [0, 4], got {power!r}")
+        w, s = d["whitening"], d["shift"]
+        if not isinstance(w, Mapping) or set(w) != {"mean", "scale", "components"}:
+            raise ValueError("'whitening' must hold mean, scale, components")
+        if not isinstance(s, Mapping) or set(s) != {"embeddings", "rows", "groups", "scores"}:
+            raise ValueError("'shift' must hold embeddings, rows, groups, scores")
+        mean, scale = _tensor(w["mean"], "whitening.mean"), _tensor(w["scale"], "whitening.scale")
+        comp = _tensor(w["components"], "whitening.components")
+        score = DomainScore.from_dict(d["domain"])
+        if mean.dim() != 1 or scale.shape != mean.shape or not (scale > 0).all() or comp.dim() != 2 or \
+                comp.shape != (mean.numel(), score.dim):
+            raise ValueError(f"'whitening' needs mean and scale (d,) with scale > 0 and components (d, {score.dim})")
+        emb, scores = _tensor(s["embeddings"], "shift.embeddings"), _tensor(s["scores"], "shift.scores")
+        rows, groups = _tensor(s["rows"], "shift.rows", torch.int64), _tensor(s["groups"], "shift.groups", torch.int64)
+        if emb.dim() != 2 or emb.shape[1] != score.dim or not rows.shape == groups.shape == scores.shape or \
+                scores.dim() != 1 or (scores < 0).any() or (rows.numel() and not 0 <= int(rows.min()) <=
+                                                             int(rows.max()) < emb.shape[0]):
+            raise ValueError(f"'shift' needs embeddings (n, {score.dim}) and rows (< n), groups, scores >= 0 of one "
+                             "length")
+        return cls(mean, scale, comp, score, float(power), emb, rows, groups, scores, d["seed"])
+
+
+def _tensor(raw: object, name: str, dtype: torch.dtype = torch.float64) -> Tensor:
+    try:
+        out = torch.tensor(raw, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError):
+        raise ValueError(f"{name!r} must be a (nested) list of numbers") from None
+    if not torch.isfinite(out).all():
+        raise ValueError(f"{name!r} must be finite")
+    if dtype == torch.int64:
+        if not (out == out.round()).all():
+            raise ValueError(f"{name!r} must hold integers")
+        return out.long()
+    return out
+
+
+def whitening(emb: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``mean (d,)``, ``scale (d,)`` and ``components (d, r)`` whitening reference embeddings ``(n, d)``."""
+    mean, scale = emb.mean(0), emb.std(0)
+    scale = torch.where(scale > 1e-12 * scale.max().clamp_min(1e-300), scale, torch.ones_like(scale))
+    z = (emb - mean) / scale
+    _, sv, vh = torch.linalg.svd(z, full_matrices=False)
+    frac = sv**2 / (sv**2).sum()
+    r = max(1, min(int((frac >= MIN_VARIANCE).sum()), MAX_COMPONENTS))
+    return mean, scale, vh[:r].T / (sv[:r] / max(len(z) - 1, 1) ** 0.5)
+
+
+@torch.no_grad()
+def structure_errors(module, batch) -> tuple[Tensor, Tensor, Tensor]:
+    """Raw embeddings ``(G, d)``, predicted and reference orbital energies ``(Σ n_eig,)`` (Hartree) of a batch."""
+    from sciml.hamiltonian.loss import orbital_energies
+
+    module.eval()
+    h = module(batch)[0]
+    return h0_embedding(batch, module.node_basis, module.edge_basis), orbital_energies(h, batch), batch.y
+
+
+def fit_domain(module, dm, *, k: int = 5, beta: float = 0.05, holdout: float = 0.3, max_reference: int = 1000,
+               sigma_power: float = 2.0, seed: int = 0) -> HamiltonianDomain:
+    """Fit the domain test and interval scale on ``dm``'s train and calib splits (module docstring).
+
+    Parameters
+    ----------
+    module : HamiltonianModule
+        The trained molecule model.
+    dm : HamiltonianDataModule
+        Its data module, set up with the recorded split.
+    k, beta, max_reference
+        :class:`~sciml.uq.domain.DomainScore` settings.
+    holdout : float
+        Fraction of the train split held out of the reference set to calibrate the domain test (raised when
+        the calib split is too small for a p-value <= ``beta``).
+    sigma_power : float
+        ``γ`` of the interval scale.
+    seed : int
+        Seed of the hold-out draw and the coreset.
+
+    """
+    train = dm.collate_fn(dm.datasets["train"])
+    calib = dm.collate_fn(dm.datasets["calib"])
+    e_train = h0_embedding(train, module.node_basis, module.edge_basis)
+    n = len(e_train)
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    e_cal, eps, y = structure_errors(module, calib)
+    need = math.ceil(1 / beta - 1e-9) - 1  # smallest domain-calibration set with a p-value <= beta
+    n_hold = min(max(int(round(holdout * n)), need - len(e_cal)), n - max(k, 2))
+    if n_hold + len(e_cal) < need:
+        raise ValueError(f"the domain test at beta={beta} needs {need} held-out structures (train hold-out + calib) "
+                         f"and {max(k, 2)} reference ones; the splits have {n} train and {len(e_cal)} calib: add data "
+                         "or raise calibration.domain.beta")
+    ref, hold = e_train[perm[n_hold:]], e_train[perm[:n_hold]]
+    mean, scale, comp = whitening(ref)
+    proj = lambda e: ((e - mean) / scale) @ comp  # noqa: E731
+    score = DomainScore(k=k, max_reference=max(max_reference, k), beta=beta).fit(
+        proj(ref), proj(torch.cat([hold, e_cal])), seed=seed)
+    dom = HamiltonianDomain(mean, scale, comp, score, float(sigma_power), proj(e_cal), torch.zeros(0, dtype=torch.long),
+                            torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.float64), seed)
+    sigma = dom.sigma(e_cal)
+    dom.shift_rows = torch.repeat_interleave(torch.arange(len(e_cal)), calib.n_eig)
+    dom.shift_groups = orbital_groups(calib.n_eig, calib.n_occ)
+    dom.shift_scores = ((eps - y).abs() / sigma[dom.shift_rows]).double()
+    return dom
