@@ -52,7 +52,7 @@ SETS = {"in_distribution": {"sigma": 0.05, "sigma_max": None, "rotate": False, "
 
 
 def generate(folder: Path, n: int, spec: dict, threads: int) -> Path:
-    """pyscf H, H0, S of ``n`` water conformers of one set (resumable); returns the npz path."""
+    """Pyscf H, H0, S of ``n`` water conformers of one set (resumable); returns the npz path."""
     numbers, base = builtin_molecule("water")
     frames = displaced_conformers(base, n, spec["sigma"], spec["seed"], sigma_max=spec["sigma_max"],
                                   rotate=spec["rotate"])
@@ -83,6 +83,7 @@ def _finite(x) -> float | None:
 
 
 def main() -> None:
+    """Generate (or reuse) the three sets, measure, merge the results into domain.json."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default=str(ROOT / "checkpoints/water-pbe-def2svp"))
     p.add_argument("--data", default=str(ROOT / "runs/domain_data"), help="folder of the generated sets (reused)")

@@ -18,8 +18,9 @@ ones, and a larger domain-calibration set gives finer p-values (``β`` down to `
 ``γ = 0``: ``σ = 1``): a floor for the error that does not vanish near the training data, plus a term for the
 ridge base, linear in its features, whose error away from the data grows like the second-order Taylor remainder,
 the square of the distance. (Measured on water, ``benchmarks/domain_hamiltonian.py``: ``σ = s^2`` without the floor
-made the intervals of the most typical structures too narrow, their misses concentrating at small ``s``.) The calibrator is Mondrian by orbital (group = orbital index minus the
-number of occupied orbitals: HOMO −1, LUMO 0) on the normalised score ``|ε − ε̂| / σ(x)``: per-orbital widths,
+made the intervals of the most typical structures too narrow, their misses concentrating at small ``s``.)
+The calibrator is Mondrian by orbital (group = orbital index minus the number of occupied orbitals: HOMO −1,
+LUMO 0) on the normalised score ``|ε − ε̂| / σ(x)``: per-orbital widths,
 wider for atypical structures, valid marginally for exchangeable structures whatever σ is (Lei et al. 2018).
 
 **Shift-aware data.** The calib split's whitened embeddings and normalised scores (for

@@ -97,9 +97,11 @@ def calibrate(module: HamiltonianModule, dm, alpha: float = 0.1, score: str = "n
     interval = cal.predict_set(eps, orbital_groups(test.n_eig, test.n_occ), dom.sigma(emb)[rows], alpha)
     covered = ((y >= interval.lower) & (y <= interval.upper)).double()
     flagged = dom.pvalue(emb) <= dom.beta
-    metrics = {"test_coverage": float(covered.mean()), "test_width_mev": float(mean_width(interval)) * HARTREE_MEV,
-               "alpha": alpha, "n_calib_orbitals": len(dom.shift_scores), "calibration": f"mondrian by orbital, {score}",
-               "sigma_power": dom.sigma_power, "domain_beta": dom.beta, "test_flag_rate": float(flagged.double().mean()),
+    metrics = {"test_coverage": float(covered.mean()),
+               "test_width_mev": float(mean_width(interval)) * HARTREE_MEV, "alpha": alpha,
+               "n_calib_orbitals": len(dom.shift_scores), "calibration": f"mondrian by orbital, {score}",
+               "sigma_power": dom.sigma_power, "domain_beta": dom.beta,
+               "test_flag_rate": float(flagged.double().mean()),
                "test_in_domain_coverage": float(covered[~flagged[rows]].mean()) if (~flagged).any() else float("nan"),
                "n_domain_reference": int(dom.score.reference.shape[0]), "n_domain_calib": dom.score.n_calib}
     return cal, metrics | summarise(evaluate(module, dm.test_dataloader())), dom
