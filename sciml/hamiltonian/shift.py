@@ -8,21 +8,17 @@ group's normalised calibration scores with the molecule's own weight on ``+∞``
 (:func:`sciml.uq.weighted.weighted_conformal_threshold`). Weights are per structure, so every group of a
 structure shares them.
 
-Effective-sample-size guard: when the Kish ESS of the calibration weights is below
-``max((1-α)/α, min(min_ess, n_cal/2))`` every threshold is ``+∞`` (no claim rather than false confidence):
-``(1-α)/α`` is the smallest set with a finite plain quantile, ``min_ess`` bounds the coverage noise of large
-calibration sets (:mod:`sciml.uq.weighted`), ``n_cal/2`` keeps a small set usable unless weighting halves it.
+Groups are guarded one by one by their effective sample size
+(:func:`sciml.uq.weighted.grouped_weighted_thresholds`): infinite intervals rather than false confidence.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-import torch
 from torch import Tensor
 
-from sciml.uq.weighted import density_ratio, effective_sample_size, weighted_conformal_threshold
+from sciml.uq.weighted import density_ratio, grouped_weighted_thresholds
 
 __all__ = ["MIN_BATCH", "ShiftThresholds", "shift_thresholds"]
 
@@ -38,9 +34,10 @@ class ShiftThresholds:
     thresholds : torch.Tensor
         ``(Σ n_eig,)``; ``+inf`` where guarded or where the orbital group has no calibration score.
     ess, ess_floor : float
-        Effective sample size of the calibration weights and the floor it was held to.
+        The smallest effective sample size of the calibration weights over the batch's orbital groups, and the
+        floor it was held to.
     guarded : bool
-        ``True`` when ``ess < ess_floor`` (every threshold ``+inf``).
+        ``True`` when some orbital group was guarded (its thresholds ``+inf``).
 
     """
 
@@ -75,16 +72,7 @@ def shift_thresholds(domain, batch_emb: Tensor, rows: Tensor, groups: Tensor, al
     if min_ess < 0:
         raise ValueError(f"--min-ess must be >= 0, got {min_ess}")
     w_cal, w_test = density_ratio(domain.shift_emb, domain.project(batch_emb), seed=domain.seed)
-    n_cal = len(w_cal)
-    ess, floor = effective_sample_size(w_cal), max((1 - alpha) / alpha, min(float(min_ess), n_cal / 2))
-    q = torch.full((len(rows),), math.inf, dtype=torch.float64)
-    if ess < floor:
-        return ShiftThresholds(q, ess, floor, True)
-    for g in torch.unique(groups).tolist():
-        cal = domain.shift_groups == g
-        if not cal.any():
-            continue
-        out = groups == g
-        per_mol = weighted_conformal_threshold(domain.shift_scores[cal], w_cal[domain.shift_rows[cal]], w_test, alpha)
-        q[out] = per_mol[rows[out]]
-    return ShiftThresholds(q, ess, floor, False)
+    res = grouped_weighted_thresholds(domain.shift_scores, w_cal[domain.shift_rows], domain.shift_groups,
+                                      w_test[rows], groups, alpha, min_ess)
+    worst = min(res.ess, key=res.ess.get) if res.ess else None
+    return ShiftThresholds(res.thresholds, res.ess.get(worst, 0.0), res.floors.get(worst, 0.0), bool(res.guarded))

@@ -40,9 +40,11 @@ from .split import CALIBRATORS, SplitConformal, calibrator_from_dict
 from .up_ocp import UPOCP
 from .vector import VECTOR_SCORES, Mahalanobis, SupNorm, VectorScore, upper_triangle, vector_score_from_dict
 from .weighted import (
+    GroupedThresholds,
     WeightedThresholds,
     density_ratio,
     effective_sample_size,
+    grouped_weighted_thresholds,
     weighted_conformal_threshold,
     weighted_thresholds,
 )
@@ -88,6 +90,7 @@ __all__ = [
     "SplitConformal",
     "SupNorm",
     "VectorScore",
+    "GroupedThresholds",
     "WeightedThresholds",
     "active_ppi_mean",
     "afcp_select",
@@ -120,6 +123,7 @@ __all__ = [
     "stopping_size",
     "upper_triangle",
     "vector_score_from_dict",
+    "grouped_weighted_thresholds",
     "weighted_conformal_threshold",
     "weighted_quantile",
     "weighted_thresholds",

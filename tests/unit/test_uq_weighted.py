@@ -143,3 +143,26 @@ def test_errors() -> None:
         weighted_conformal_threshold(s, torch.ones(100, dtype=torch.float64), one * math.inf, ALPHA)
     with pytest.raises(ValueError, match="alpha"):
         weighted_conformal_threshold(s, torch.ones(100, dtype=torch.float64), one, 1.0)
+
+
+def test_grouped_thresholds_equal_weights_are_per_group_split_conformal() -> None:
+    """With equal weights each group's threshold is that group's plain conformal quantile; a group never
+    calibrated gets +inf; a group whose weights collapse onto few points is guarded."""
+    from sciml.uq import conformal_quantile, grouped_weighted_thresholds
+
+    gen = torch.Generator().manual_seed(3)
+    scores = torch.cat([torch.rand(200, generator=gen, dtype=torch.float64),
+                        5 + torch.rand(100, generator=gen, dtype=torch.float64)])
+    groups = torch.cat([torch.zeros(200, dtype=torch.long), torch.ones(100, dtype=torch.long)])
+    test_groups = torch.tensor([0, 1, 1, 2])
+    res = grouped_weighted_thresholds(scores, torch.ones(300, dtype=torch.float64), groups,
+                                      torch.ones(4, dtype=torch.float64), test_groups, alpha=0.1)
+    assert res.thresholds[0] == conformal_quantile(scores[:200], 0.1)
+    assert (res.thresholds[1:3] == conformal_quantile(scores[200:], 0.1)).all()
+    assert torch.isinf(res.thresholds[3]) and res.guarded == []
+    peaked = torch.ones(300, dtype=torch.float64)
+    peaked[200:] = 1e-6
+    peaked[200] = 1.0  # group 1's weight sits on one calibration point: ESS ~ 1
+    res = grouped_weighted_thresholds(scores, peaked, groups, torch.ones(4, dtype=torch.float64), test_groups, 0.1)
+    assert res.guarded == [1] and res.ess[1] < res.floors[1]
+    assert torch.isfinite(res.thresholds[0]) and torch.isinf(res.thresholds[1:]).all()
