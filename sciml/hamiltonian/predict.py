@@ -205,7 +205,8 @@ def orbital_intervals(predictor: HamiltonianPredictor, eps: torch.Tensor, batch,
         res = shift_thresholds(predictor.domain, emb, rows, groups, alpha, min_ess)
         q, method = res.thresholds, "weighted conformal against the batch, per orbital"
         note = (f"shift-aware: effective sample size {res.ess:.1f} of the calibration weights is below "
-                f"{res.ess_floor:.1f}: intervals are infinite (no claim rather than false confidence)"
+                f"{res.ess_floor:.1f}: the guarded orbitals' intervals are infinite (no claim rather than false "
+                "confidence)"
                 if res.guarded else "")
     else:
         q, method, note = cal.threshold_or_inf(groups, alpha), "split conformal, Mondrian by orbital", ""
