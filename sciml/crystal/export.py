@@ -34,9 +34,10 @@ def domain_lines(domain: CrystalDomain, how: str) -> list[str]:
     return [f"- Applicability domain (`domain.json`, {how}): k-NN conformal novelty test (k={d.k}) on the "
             f"`{domain.layer}` embedding (d={d.dim}), reference: {d.reference.shape[0]} of {d.n_train} train-split "
             f"structures (seed {domain.seed}), calibrated on {d.n_calib} calib-split structures. `crystal predict` "
-            f"reports `domain_pvalue` and flags `in_domain = false` when p <= {d.beta:g} or an element is unseen: an "
-            f"exchangeable structure is flagged with probability <= {d.beta:g}; a flagged row's interval carries no "
-            "guarantee.",
+            f"reports `domain_pvalue` and flags `in_domain = false` when p <= {d.beta:g}, an element is unseen or the "
+            "cell size is outside the training range ({}-{} atoms): an exchangeable structure is flagged by the "
+            "p-value with probability <= {:g}; a flagged row's interval carries no guarantee.".format(
+                *domain.train_sizes, d.beta),
             f"- `--shift-aware`: weighted conformal against the batch from {len(domain.shift_scores)} calib-split "
             "embeddings and scores, with an effective-sample-size guard (infinite intervals rather than false "
             "confidence)."]

@@ -107,3 +107,31 @@ def test_shipped_perov5_model_has_a_domain_file_and_unchanged_weights():
     assert predictor.domain is not None and predictor.domain.score.n_calib == meta["split_sizes"]["calib"]
     df = predict([far_structure(), ROOT / "examples" / "structures"], model=predictor)
     assert not df["in_domain"].iloc[0] and "out of domain" in df["note"].iloc[0]
+
+
+def test_add_domain_to_an_artifact_without_one_keeps_weights_and_calibrator(domain_run, tmp_path):
+    import shutil
+
+    from sciml.core.io.artifact import add_extra_files
+    from sciml.crystal.export import add_domain
+
+    old = tmp_path / "old"
+    shutil.copytree(domain_run["artifact"], old)
+    meta = json.loads((old / "metadata.json").read_text())
+    (old / "domain.json").unlink()
+    meta.pop("extra_files"), meta.pop("domain")
+    (old / "metadata.json").write_text(json.dumps(meta))  # as written before extras existed
+    assert load_artifact(old).extras == {} and load_model(old).domain is None
+    before = {name: (old / name).read_bytes() for name in ("weights.safetensors", "calibrator.json", "config.yaml")}
+    structures = [perovskite("Sr", "Ti", lattice=4.0), far_structure()]
+    values = predict(structures, model=old)
+    domain = add_domain(old)
+    assert {name: (old / name).read_bytes() for name in before} == before
+    again = predict(structures, model=old)
+    assert again["heat_all"].tolist() == values["heat_all"].tolist()
+    assert again["heat_all_upper"].tolist() == values["heat_all_upper"].tolist()
+    assert load_model(old).domain.to_dict() == domain.to_dict() and again["domain_pvalue"].notna().all()
+    with pytest.raises(ValueError, match="managed by the artifact writer"):
+        add_extra_files(old, {}, metadata={"weights_sha256": "x"})
+    with pytest.raises(ValueError, match="lower-case"):
+        add_extra_files(old, {"calibrator.json": {}})

@@ -52,3 +52,27 @@ def test_alignn_sample_gives_50_rows_with_intervals():
     assert len(df) == 50
     assert df["error"].fillna("").eq("").all()
     assert df[["heat_all", "heat_all_lower", "heat_all_upper"]].notna().all().all()
+
+
+CARBON = ROOT / "checkpoints" / "carbon24-energy"
+
+
+def test_shipped_carbon24_model_is_intensive_with_size_binned_intervals():
+    from pymatgen.core import Lattice, Structure
+
+    meta = json.loads((CARBON / "metadata.json").read_text())
+    assert meta["target"] == {"name": "energy_per_atom", "unit": "eV/atom", "extensive": False}
+    assert meta["metrics"]["test_mae"] < 0.0149 and meta["domain"]["n_calib"] == meta["split_sizes"]["calib"]
+    cal = json.loads((CARBON / "calibrator.json").read_text())
+    assert cal["method"] == "mondrian" and cal["group_by"].startswith("cell_size:")
+    diamond = Structure(Lattice.cubic(3.567), ["C"] * 8, [[0, 0, 0], [0, .5, .5], [.5, 0, .5], [.5, .5, 0],
+                                                         [.25, .25, .25], [.25, .75, .75], [.75, .25, .75],
+                                                         [.75, .75, .25]])
+    big = diamond.copy()
+    big.make_supercell([2, 1, 1])  # 16 atoms: another size bin, the same structure
+    df = predict([diamond, big], model=CARBON)
+    assert df["energy_per_atom"].iloc[0] == pytest.approx(df["energy_per_atom"].iloc[1], abs=1e-4)  # intensive
+    width = df["energy_per_atom_upper"] - df["energy_per_atom_lower"]
+    assert np.isfinite(width).all() and width.iloc[1] > width.iloc[0]  # larger cells: larger errors, wider bins
+    perovskite = predict([ROOT / "examples" / "structures"], model=CARBON)
+    assert (perovskite["in_domain"] == False).all()  # noqa: E712 (unseen elements: always out of domain)
