@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from sciml.core.io.artifact import ArtifactError, load_artifact, restore_module
+from sciml.core.io.checksum import sha256_file
 from sciml.core.io.shipped import shipped_path
 from sciml.crystal.calibration import ensure_group_function
 from sciml.crystal.data.graphs import GraphSettings
@@ -45,6 +46,7 @@ class CrystalPredictor:
     calibrator: torch.nn.Module | None
     path: Path
     domain: CrystalDomain | None = None
+    shift_current: bool = False  # domain.json's shift scores belong to this calibrator (False after recalibration)
 
     @property
     def target(self) -> dict:
@@ -57,7 +59,8 @@ class CrystalPredictor:
         return set(self.module.hparams.elements)
 
 
-def load_model(path: str | Path = DEFAULT_MODEL, graph: dict | GraphSettings | None = None) -> CrystalPredictor:
+def load_model(path: str | Path = DEFAULT_MODEL, graph: dict | GraphSettings | None = None,
+               domain: bool = True) -> CrystalPredictor:
     """Load a crystal artifact.
 
     Parameters
@@ -66,6 +69,8 @@ def load_model(path: str | Path = DEFAULT_MODEL, graph: dict | GraphSettings | N
         Artifact folder (default: the shipped ``checkpoints/perov5-heat-all``).
     graph : dict or GraphSettings, optional
         Graph settings the caller expects; a mismatch with the artifact's is an error, never a silent change.
+    domain : bool
+        Read ``domain.json`` (``False``: leave it out, e.g. to replace an outdated one with ``add_domain``).
 
     Raises
     ------
@@ -89,7 +94,15 @@ def load_model(path: str | Path = DEFAULT_MODEL, graph: dict | GraphSettings | N
         except ValueError as err:
             raise ArtifactError(f"{art.path / 'calibrator.json'}: {err}; re-export the model") from None
     calibrator = calibrator_from_dict(art.calibrator) if art.calibrator else None
-    return CrystalPredictor(module, stored, calibrator, art.path, load_domain(art))
+    if not domain:
+        return CrystalPredictor(module, stored, calibrator, art.path)
+    return CrystalPredictor(module, stored, calibrator, art.path, load_domain(art), shift_current=_shift_current(art))
+
+
+def _shift_current(art) -> bool:
+    """Whether ``domain.json``'s shift scores belong to the artifact's present ``calibrator.json``."""
+    domain = art.extras.get(DOMAIN_FILE)
+    return bool(domain) and domain["shift"]["calibrator_sha256"] == sha256_file(art.path / "calibrator.json")
 
 
 def load_domain(art) -> CrystalDomain | None:

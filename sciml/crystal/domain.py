@@ -20,6 +20,8 @@ Reading validates every field (:meth:`CrystalDomain.from_dict`); nothing is unpi
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -63,6 +65,9 @@ class CrystalDomain:
         Smallest and largest cell (atoms) of the train split: a structure outside this range is out of domain
         whatever its p-value (the network never saw such a cell; for an extensive target its prediction
         ``n · f(x)`` extrapolates in ``n``).
+    calibrator_sha256 : str
+        sha256 of the ``calibrator.json`` the shift scores belong to; after ``sciml calibrate`` replaced the
+        calibrator they no longer do, and ``--shift-aware`` refuses to run (the p-values stay valid).
 
     """
 
@@ -73,6 +78,7 @@ class CrystalDomain:
     shift_groups: Tensor | None
     seed: int
     train_sizes: tuple[int, int]
+    calibrator_sha256: str
 
     def size_known(self, n_atoms: int) -> bool:
         """Whether a cell of ``n_atoms`` atoms lies within :attr:`train_sizes`."""
@@ -97,7 +103,8 @@ class CrystalDomain:
         score |= {key: _round32(score[key]) for key in ("mean", "scale", "reference", "cal_scores")}
         return {"format_version": FORMAT_VERSION, "layer": self.layer, "seed": self.seed,
                 "train_sizes": list(self.train_sizes), "domain": score,
-                "shift": {"embeddings": _round32(self.shift_emb.tolist()),
+                "shift": {"calibrator_sha256": self.calibrator_sha256,
+                          "embeddings": _round32(self.shift_emb.tolist()),
                           "scores": _round32(self.shift_scores.tolist()),
                           "groups": None if self.shift_groups is None else self.shift_groups.tolist()}}
 
@@ -118,8 +125,10 @@ class CrystalDomain:
             raise ValueError(f"'train_sizes' must be [smallest, largest] cell sizes (atoms), got {sizes!r}")
         score = DomainScore.from_dict(d["domain"])
         shift = d["shift"]
-        if not isinstance(shift, Mapping) or set(shift) != {"embeddings", "scores", "groups"}:
-            raise ValueError("'shift' must hold embeddings, scores, groups")
+        if not isinstance(shift, Mapping) or set(shift) != {"calibrator_sha256", "embeddings", "scores", "groups"}:
+            raise ValueError("'shift' must hold calibrator_sha256, embeddings, scores, groups")
+        if not isinstance(shift["calibrator_sha256"], str):
+            raise ValueError("'shift.calibrator_sha256' must be a string")
         emb = _tensor(shift["embeddings"], "shift.embeddings", torch.float64)
         scores = _tensor(shift["scores"], "shift.scores", torch.float64)
         if emb.dim() != 2 or emb.shape[1] != score.dim or scores.shape != emb.shape[:1] or (scores < 0).any():
@@ -129,7 +138,8 @@ class CrystalDomain:
             groups = _tensor(shift["groups"], "shift.groups", torch.int64)
             if groups.shape != scores.shape:
                 raise ValueError("'shift.groups' needs one label per score")
-        return cls(d["layer"], score, emb, scores, groups, d["seed"], (sizes[0], sizes[1]))
+        return cls(d["layer"], score, emb, scores, groups, d["seed"], (sizes[0], sizes[1]),
+                   shift["calibrator_sha256"])
 
 
 def _round32(values: list) -> list:
@@ -169,7 +179,8 @@ def collect(module, loader, layer: str = "pooled", with_structures: bool = False
 
 
 def fit_domain(module, dm, calibrator, *, layer: str = "pooled", k: int = 5, max_reference: int = 1000,
-               beta: float = 0.05, max_shift: int = 1000, seed: int = 0) -> CrystalDomain:
+               beta: float = 0.05, max_shift: int = 1000, seed: int = 0, calibrator_sha256: str | None = None
+               ) -> CrystalDomain:
     """Fit the domain test on ``dm``'s train split, calibrate it on the calib split, keep the shift subset.
 
     Parameters
@@ -183,6 +194,9 @@ def fit_domain(module, dm, calibrator, *, layer: str = "pooled", k: int = 5, max
         groups).
     layer, k, max_reference, beta, max_shift, seed
         Embedding layer, :class:`~sciml.uq.domain.DomainScore` settings, shift-subset size, seed of both draws.
+    calibrator_sha256 : str, optional
+        sha256 of the artifact's ``calibrator.json`` (default: of ``json.dumps(calibrator.to_dict())``, the text
+        the artifact writer stores).
 
     """
     train = collect(module, dm.loader("train"), layer)
@@ -196,5 +210,6 @@ def fit_domain(module, dm, calibrator, *, layer: str = "pooled", k: int = 5, max
     keep = torch.randperm(len(scores), generator=torch.Generator().manual_seed(seed))[:max_shift].sort().values
     sizes = [int(g[keys.N_ATOMS]) for g in dm.datasets["train"]]
     fitted = CrystalDomain(layer, score, cal["emb"][keep], scores[keep], None if groups is None else groups[keep],
-                           seed, (min(sizes), max(sizes)))
+                           seed, (min(sizes), max(sizes)),
+                           calibrator_sha256 or hashlib.sha256(json.dumps(calibrator.to_dict()).encode()).hexdigest())
     return CrystalDomain.from_dict(fitted.to_dict())  # the state a loaded artifact will have

@@ -142,7 +142,7 @@ def add_domain(path: str | Path, data_path: str | None = None, seed: int = 0) ->
     """
     from sciml.crystal.artifact import load_model
 
-    art, predictor = load_artifact(path, task="crystal"), load_model(path)
+    art, predictor = load_artifact(path, task="crystal"), load_model(path, domain=False)  # replaces an old one
     if predictor.calibrator is None:
         raise ArtifactError(f"{art.path}: no calibrator; add_domain needs a calibrated artifact")
     data = dict(art.config["data"]) | ({"path": data_path} if data_path else {})
@@ -154,7 +154,8 @@ def add_domain(path: str | Path, data_path: str | None = None, seed: int = 0) ->
     if dm.split_sizes() != art.metadata.get("split_sizes"):
         raise ArtifactError(f"{art.path}: rebuilt split {dm.split_sizes()} differs from the recorded "
                             f"{art.metadata.get('split_sizes')}")
-    domain = fit_domain(predictor.module, dm, predictor.calibrator, seed=seed)
+    domain = fit_domain(predictor.module, dm, predictor.calibrator, seed=seed,
+                        calibrator_sha256=sha256_file(art.path / "calibrator.json"))
     how = (f"added after export by `sciml.crystal.export.add_domain` from the recorded split rebuilt from "
            f"`{art.config['data']['path']}` (sha256 checked, split seed {data.get('split', {}).get('seed')}); "
            "weights and calibrator unchanged")

@@ -135,3 +135,18 @@ def test_add_domain_to_an_artifact_without_one_keeps_weights_and_calibrator(doma
         add_extra_files(old, {}, metadata={"weights_sha256": "x"})
     with pytest.raises(ValueError, match="lower-case"):
         add_extra_files(old, {"calibrator.json": {}})
+
+
+def test_shift_aware_refuses_stale_scores_after_the_calibrator_was_replaced(domain_run, tmp_path):
+    import shutil
+
+    copy = tmp_path / "recalibrated"
+    shutil.copytree(domain_run["artifact"], copy)
+    cal = json.loads((copy / "calibrator.json").read_text())
+    (copy / "calibrator.json").write_text(json.dumps(cal | {"scores": [s * 2 for s in cal["scores"]]}))
+    predictor = load_model(copy)
+    assert predictor.domain is not None and not predictor.shift_current
+    structures = [perovskite("Sr", "Ti", lattice=3.9 + 0.02 * i) for i in range(6)]
+    assert predict(structures, model=predictor)["domain_pvalue"].notna().all()  # the p-values stay valid
+    with pytest.raises(ValueError, match="stale"):
+        predict(structures, model=predictor, shift_aware=True)

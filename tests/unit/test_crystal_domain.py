@@ -81,7 +81,7 @@ def fitted_domain(groups: bool = False) -> CrystalDomain:
     emb = torch.randn(200, 4, generator=gen, dtype=torch.float64)
     scores = torch.rand(200, generator=gen, dtype=torch.float64)
     labels = torch.arange(200) % 2 if groups else None
-    return CrystalDomain.from_dict(CrystalDomain("pooled", score, emb, scores, labels, 0, (5, 5)).to_dict())
+    return CrystalDomain.from_dict(CrystalDomain("pooled", score, emb, scores, labels, 0, (5, 5), "0" * 64).to_dict())
 
 
 def test_domain_json_round_trip_is_exact_and_validated():
