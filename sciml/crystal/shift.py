@@ -10,52 +10,26 @@ within each group: the ratio is estimated once on the whole batch (the within-gr
 constant per group, which the normalised weights cancel), and the scores and weights of the group's
 calibration rows give the thresholds of the group's batch rows.
 
-Effective-sample-size guard, per calibration group of ``n_g`` rows: when the Kish ESS of the group's
-calibration weights is below ``max((1-α)/α, min(min_ess, n_g/2))``, every threshold of the group is ``+∞``.
-``(1-α)/α`` is the smallest calibration set with a finite plain quantile; ``min_ess`` (default 50) bounds the
-coverage noise of a large group (:mod:`sciml.uq.weighted`); ``n_g/2`` keeps a small group, which has fewer than
-``min_ess`` rows even without shift, usable unless the weighting halves it. No claim rather than false confidence.
+Effective-sample-size guard, per calibration group (:func:`sciml.uq.weighted.grouped_weighted_thresholds`):
+a group whose calibration weights have too small an effective sample size gets infinite intervals. No claim
+rather than false confidence.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor
 
-from sciml.uq.weighted import density_ratio, effective_sample_size, weighted_conformal_threshold
+from sciml.uq.weighted import GroupedThresholds, density_ratio, grouped_weighted_thresholds
 
-__all__ = ["ShiftResult", "shift_thresholds"]
+__all__ = ["shift_thresholds"]
 
 MIN_BATCH = 5  # the classifier is cross-fitted in 5 folds
 
 
-@dataclass(frozen=True)
-class ShiftResult:
-    """Thresholds of one batch and the diagnostics behind them.
-
-    Attributes
-    ----------
-    thresholds : torch.Tensor
-        ``(m,)`` in score units; ``+inf`` where guarded or where the group has no calibration row.
-    ess : dict
-        Effective sample size of each calibration group present in the batch (``{group: ess}``; key 0 for
-        split calibrators).
-    guarded : list
-        Groups whose thresholds were set to ``+inf`` by the ESS guard.
-
-    """
-
-    thresholds: Tensor
-    ess: dict
-    guarded: list
-
-
 def shift_thresholds(domain, batch_emb: Tensor, batch_groups: Tensor | None, alpha: float,
-                     min_ess: float = 50.0) -> ShiftResult:
-    """Weighted conformal thresholds of a batch (module docstring).
+                     min_ess: float = 50.0) -> GroupedThresholds:
+    """Weighted conformal thresholds of a batch (module docstring), ``(m,)`` in score units.
 
     Parameters
     ----------
@@ -68,27 +42,14 @@ def shift_thresholds(domain, batch_emb: Tensor, batch_groups: Tensor | None, alp
     alpha : float
         Miscoverage.
     min_ess : float
-        ESS floor of large groups (module docstring).
+        ESS floor of large groups.
 
     """
     m = batch_emb.shape[0]
     if m < MIN_BATCH:
         raise ValueError(f"--shift-aware compares the batch with the calibration data and needs at least "
                          f"{MIN_BATCH} structures, got {m}; predict more structures together or drop --shift-aware")
-    if min_ess < 0:
-        raise ValueError(f"min_ess must be >= 0, got {min_ess}")
     w_cal, w_test = density_ratio(domain.shift_emb, batch_emb.double(), seed=domain.seed)
     cal_groups = domain.shift_groups if domain.shift_groups is not None else torch.zeros(len(w_cal), dtype=torch.long)
     groups = batch_groups if batch_groups is not None else torch.zeros(m, dtype=torch.long)
-    q = torch.full((m,), math.inf, dtype=torch.float64)
-    ess, guarded = {}, []
-    for g in sorted(set(groups.tolist())):
-        cal, rows = cal_groups == g, groups == g
-        if not cal.any():
-            continue  # a group never calibrated has no bound
-        ess[g] = effective_sample_size(w_cal[cal])
-        if ess[g] < max((1 - alpha) / alpha, min(min_ess, int(cal.sum()) / 2)):
-            guarded.append(g)
-            continue
-        q[rows] = weighted_conformal_threshold(domain.shift_scores[cal], w_cal[cal], w_test[rows], alpha)
-    return ShiftResult(q, ess, guarded)
+    return grouped_weighted_thresholds(domain.shift_scores, w_cal, cal_groups, w_test, groups, alpha, min_ess)
