@@ -65,6 +65,9 @@ METRICS = ["pearson_delta", "pearson_delta_de", "mse", "mae", "mse_de", "de_over
 HEADLINE = ["pearson_delta", "mse", "energy"]
 BASELINE_NAMES = (*BASELINES, "combination")
 SETTINGS = ("default", "cooperative", "noisy")
+REAL = {"norman_additive": ("norman", {"kind": "additive"}),
+        "norman_unseen_single": ("norman", {"kind": "unseen_single"}),
+        "mcfaline_cell_line": ("mcfaline", {})}
 SPEED_STEPS = (("euler", 1), ("euler", 2), ("euler", 4), ("euler", 8), ("rk4", 10))
 
 
@@ -196,7 +199,7 @@ def run_case(name: str, cfg: dict, run_dir: Path, n_cells: int, alpha: float, tr
               "per_double": per_double(table),
               "per_condition": table.replace({np.nan: None}).to_dict("records"), "summary": {}}
     for model, rows in table.groupby("model"):
-        result["summary"][model] = summarise(rows)[METRICS].replace({np.nan: None}).to_dict("index")
+        result["summary"][model] = summarise(rows).reindex(columns=METRICS).replace({np.nan: None}).to_dict("index")
         if "interacting" in rows and rows["interacting"].fillna(False).astype(bool).any():
             inter = rows[rows["interacting"].fillna(False).astype(bool)][METRICS].mean()
             result["summary"][model]["interacting_doubles"] = inter.replace({np.nan: None}).to_dict()
@@ -275,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n-cells", type=int, default=200, help="generated cells per test condition")
     p.add_argument("--no-real", action="store_true", help="skip Norman and McFaline")
     p.add_argument("--no-sim", action="store_true", help="skip the simulator settings")
+    p.add_argument("--real", nargs="+", default=list(REAL), choices=list(REAL), help="real-data cases to run")
     p.add_argument("--speed", action="store_true", help="today's vs the fast sampler on the first simulator case")
     p.add_argument("--merge", nargs="+", default=None, help="merge partial JSON results into --output")
     p.add_argument("--set", nargs="*", default=[], help="config overrides for every case, e.g. --set "
@@ -315,10 +319,8 @@ def main(argv: list[str] | None = None) -> int:
                 print_case(results["grn"][-1])
                 save()
     if not args.no_real:
-        real = [("norman_additive", "norman", {"kind": "additive"}),
-                ("norman_unseen_single", "norman", {"kind": "unseen_single"}),
-                ("mcfaline_cell_line", "mcfaline", {})]
-        for case, key, split in real:
+        for case in args.real:
+            key, split = REAL[case]
             cfg = copy.deepcopy(cfgs[key])
             if not (ROOT / cfg["data"]["path"]).exists() and not Path(cfg["data"]["path"]).exists():
                 results["notes"].append(f"{case}: skipped, {cfg['data']['path']} not present")
