@@ -6,7 +6,13 @@ import sys
 import time
 
 from sciml.cli.config import check_alpha_arg
-from sciml.cli.feedback import calibration_sizes, infinite_interval_note, require_inputs, stage
+from sciml.cli.feedback import (
+    add_domain_arguments,
+    calibration_sizes,
+    infinite_interval_note,
+    require_inputs,
+    stage,
+)
 
 INPUTS = "give structure files (CIF, POSCAR, extxyz, json), folders of them, or CSV files with a 'cif' column"
 
@@ -20,13 +26,7 @@ def add_parser(sub, name: str) -> None:
     q.add_argument("--model", default=None, help="artifact folder (default: checkpoints/perov5-heat-all)")
     q.add_argument("--alpha", type=float, default=0.1, help="miscoverage of the conformal interval")
     q.add_argument("--output", default=None, help="CSV to write (atomically); printed when omitted")
-    q.add_argument("--beta", type=float, default=None,
-                   help="domain flag level: a structure with domain p-value <= beta is out of domain (default: the "
-                        "model's, 0.05; an exchangeable structure is flagged with probability <= beta)")
-    q.add_argument("--shift-aware", action="store_true",
-                   help="weighted conformal intervals against all inputs together (covariate shift), with an "
-                        "effective-sample-size guard: infinite intervals rather than false confidence")
-    q.add_argument("--min-ess", type=float, default=50.0, help="ESS floor of --shift-aware (default 50)")
+    add_domain_arguments(q, "structure")
     q.add_argument("--batch-size", type=int, default=64)
     q.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     q.set_defaults(run=run_predict)

@@ -108,3 +108,21 @@ def calibration_sizes(calibrator) -> list[int]:
     if hasattr(calibrator, "members"):  # MultiGroupConformal
         return [int(c) for c in calibrator.members.sum(0).tolist()]
     return [int(calibrator.scores.numel())]
+
+
+def add_domain_arguments(parser, items: str, scope: str = "", shift_aware: bool = True) -> None:
+    """Add ``--beta`` (and ``--shift-aware``, ``--min-ess``) to a predict sub-parser.
+
+    ``items`` names what is predicted (``"structure"``, ``"molecule"``); ``scope`` prefixes the help of options
+    that apply to some inputs only (``"molecules: "``).
+    """
+    parser.add_argument("--beta", type=float, default=None,
+                        help=f"{scope}domain flag level: a {items} with domain p-value <= beta is out of domain "
+                             f"(default: the model's, 0.05; an exchangeable {items} is flagged with probability "
+                             "<= beta)")
+    if shift_aware:
+        parser.add_argument("--shift-aware", action="store_true",
+                            help=f"{scope}weighted conformal intervals against all inputs together (covariate "
+                                 "shift), with an effective-sample-size guard: infinite intervals rather than false "
+                                 "confidence")
+        parser.add_argument("--min-ess", type=float, default=50.0, help="ESS floor of --shift-aware (default 50)")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 
 from sciml.cli.config import check_alpha_arg
-from sciml.cli.feedback import infinite_interval_note
+from sciml.cli.feedback import add_domain_arguments, infinite_interval_note
 
 
 def add_parser(sub, name: str) -> None:
@@ -27,13 +27,7 @@ def add_parser(sub, name: str) -> None:
     q.add_argument("--reference", nargs="*", default=None,
                    help="reference H (.npy, pyscf AO order, Hartree; crystals: a DeepH folder with H), one per input")
     q.add_argument("--plot", action="store_true", help="draw predicted (and reference) orbital levels")
-    q.add_argument("--beta", type=float, default=None,
-                   help="molecules: domain flag level; a molecule with domain p-value <= beta is out of domain "
-                        "(default: the model's, 0.05; an exchangeable molecule is flagged with probability <= beta)")
-    q.add_argument("--shift-aware", action="store_true",
-                   help="molecules: weighted conformal intervals against all inputs together (covariate shift), "
-                        "with an effective-sample-size guard: infinite intervals rather than false confidence")
-    q.add_argument("--min-ess", type=float, default=50.0, help="ESS floor of --shift-aware (default 50)")
+    add_domain_arguments(q, "molecule", scope="molecules: ")
     q.add_argument("--batch-size", type=int, default=16, help="molecules per network call")
     q.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     q.add_argument("--kpath", type=int, default=60, help="crystals: k-points along the high-symmetry path")
