@@ -22,6 +22,9 @@ def add_parser(sub, name: str) -> None:
     q.add_argument("--output", required=True, help=".h5ad to write (atomically)")
     q.add_argument("--plot", action="store_true", help="also write <output>_pca.png and <output>_effects.png")
     q.add_argument("--alpha", type=float, default=None, help="miscoverage of the bands (default: the model's)")
+    q.add_argument("--beta", type=float, default=None,
+                   help="domain flag level: a condition is out of domain when its control cells' p <= beta "
+                        "(default: the model's, 0.05)")
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--steps", type=int, default=None, help="ODE steps (default: the model's)")
     q.add_argument("--method", choices=["euler", "rk4"], default=None, help="ODE method (default: the model's)")
@@ -37,6 +40,8 @@ def _check_args(args) -> None:
     if args.n_cells < 1:
         raise ValueError(f"--n-cells must be >= 1, got {args.n_cells}")
     check_alpha_arg(args.alpha)
+    if args.beta is not None and not 0 < args.beta < 1:
+        raise ValueError(f"--beta must be in (0, 1), got {args.beta}")
     if args.steps is not None and args.steps < 1:
         raise ValueError(f"--steps must be >= 1, got {args.steps}")
     if not str(args.output).endswith(".h5ad"):
@@ -78,11 +83,15 @@ def run_predict(args, overrides: list[str]) -> int:
           f"condition(s), {torch.get_num_threads()} thread(s)")
     start = time.perf_counter()
     result = predict_effects(predictor, ctrl, labels, args.n_cells, args.seed, args.alpha, args.steps, args.method,
-                             progress=True)
+                             progress=True, beta=args.beta)
     seconds = time.perf_counter() - start
     info = {"model": str(predictor.path), "control_file": str(args.control), "n_control_cells": len(ctrl),
             "n_cells": args.n_cells, "seed": args.seed, "ode_steps": args.steps or predictor.module.flow["steps"],
             "ode_method": args.method or predictor.module.flow["method"],
+            "domain": ("control cells: k-NN conformal p-value per cell against the training controls, batch "
+                       "p-value 2 x median (valid under any dependence); rules: genes and singles seen in training"
+                       if predictor.domain is not None else "no domain.json: rules only (genes and singles seen in "
+                       "training), no control-cell test"),
             "pairing": "each generated cell starts from one control cell drawn without replacement (with "
                        "replacement when n-cells exceeds the control cells); effect = generated mean - control mean"}
     write_prediction(result, predictor.genes, info, args.output)
@@ -98,11 +107,15 @@ def run_predict(args, overrides: list[str]) -> int:
         top = eff.__abs__().argsort()[::-1][:5]
         genes = ", ".join(f"{predictor.genes[j]} {eff[j]:+.2f}" for j in top)
         note = f"  [{result['notes'][i]}]" if result["notes"][i] else ""
-        print(f"{label}: top effects {genes}{note}")
+        p = result["domain_pvalue"][i]
+        where = ("in domain" if result["in_domain"][i] else "OUT OF DOMAIN") + ("" if p != p else f" p={p:.3g}")
+        print(f"{label}: top effects {genes}; {where}{note}")
     band = (f"{100 * (1 - result['alpha']):.0f}% simultaneous bands, half-width q·σ with q={result['threshold']:.3f}"
             if predictor.bands is not None else "no calibrator in the model: bands are NaN")
+    flagged = int((~result["in_domain"]).sum())
     print(f"{len(labels)} conditions x {args.n_cells} cells in {seconds:.1f} s "
-          f"({len(labels) * args.n_cells / seconds:.0f} cells/s); {band}; wrote {', '.join(written)}", file=sys.stderr)
+          f"({len(labels) * args.n_cells / seconds:.0f} cells/s); {band}; {flagged} of {len(labels)} out of domain "
+          f"(their bands carry no guarantee); wrote {', '.join(written)}", file=sys.stderr)
     if predictor.bands is not None and (note := infinite_interval_note([result["n_calib"]], result["alpha"],
                                                                         "calibration conditions")):
         print(note, file=sys.stderr)

@@ -8,6 +8,8 @@ from pathlib import Path
 from sciml.core.io.artifact import ArtifactError, load_artifact, restore_module
 from sciml.core.io.shipped import shipped_path
 from sciml.perturbation.data.conditions import UnknownGeneError, format_condition, parse_condition
+from sciml.perturbation.domain import FILE as DOMAIN_FILE
+from sciml.perturbation.domain import PerturbationDomain
 from sciml.perturbation.module import PerturbationFlow
 from sciml.perturbation.uncertainty import EffectBands
 
@@ -28,6 +30,8 @@ class PerturbationPredictor:
         Conformal effect bands (``None`` when exported without ``--calibrate``).
     path : Path
         Artifact folder.
+    domain : PerturbationDomain or None
+        Applicability domain (``domain.json``; ``None`` for an artifact without one).
 
     """
 
@@ -35,6 +39,7 @@ class PerturbationPredictor:
     data: dict
     bands: EffectBands | None
     path: Path
+    domain: PerturbationDomain | None = None
 
     @property
     def genes(self) -> list[str]:
@@ -88,7 +93,14 @@ def load_model(path: str | Path = DEFAULT_MODEL) -> PerturbationPredictor:
         bands = EffectBands.from_dict(art.calibrator) if art.calibrator else None
     except (ValueError, KeyError, TypeError) as err:
         raise ArtifactError(f"{art.path / 'calibrator.json'}: {err}") from None
-    return PerturbationPredictor(module, art.metadata.get("data", {}), bands, art.path)
+    domain = None
+    if DOMAIN_FILE in art.extras:
+        try:
+            domain = PerturbationDomain.from_dict(art.extras[DOMAIN_FILE])
+        except (ValueError, KeyError, TypeError) as err:
+            raise ArtifactError(f"{art.path / DOMAIN_FILE}: {err}; re-export or run "
+                                "sciml.perturbation.export.add_domain") from None
+    return PerturbationPredictor(module, art.metadata.get("data", {}), bands, art.path, domain)
 
 
 __all__ = ["DEFAULT_MODEL", "PerturbationPredictor", "UnknownGeneError", "load_model"]

@@ -15,6 +15,7 @@ import torch
 from tqdm.auto import tqdm
 
 from sciml.perturbation.artifact import PerturbationPredictor
+from sciml.perturbation.domain import out_of_domain_note, rule_reasons
 from sciml.perturbation.module import PerturbationFlow
 
 MAX_CELLS_PER_CALL = 512  # cells integrated together (bounds memory: cells × genes × width per attention map)
@@ -63,7 +64,7 @@ def generate(module: PerturbationFlow, ctrl: np.ndarray, rows: list[list[int]], 
 
 def predict_effects(predictor: PerturbationPredictor, ctrl: np.ndarray, labels: list[str], n_cells: int = 200,
                     seed: int = 0, alpha: float | None = None, steps: int | None = None,
-                    method: str | None = None, progress: bool = False) -> dict:
+                    method: str | None = None, progress: bool = False, beta: float | None = None) -> dict:
     """Cells and mean effects with bands for condition ``labels`` given control cells ``ctrl`` ``(n, G)``.
 
     Returns
@@ -71,7 +72,12 @@ def predict_effects(predictor: PerturbationPredictor, ctrl: np.ndarray, labels: 
     dict
         ``conditions`` (canonical labels), ``notes``, ``cells`` ``(C, n_cells, G)``, ``effect`` ``(C, G)``,
         ``lower``/``upper`` ``(C, G)`` (NaN without a calibrator; ±inf when the calibration conditions are too
-        few for ``alpha``), ``alpha``, ``threshold``, ``n_calib`` (calibration conditions; 0 without a calibrator).
+        few for ``alpha``), ``alpha``, ``threshold``, ``n_calib`` (calibration conditions; 0 without a calibrator),
+        and the applicability domain (:mod:`sciml.perturbation.domain`): ``domain_pvalue`` ``(C,)`` (the control
+        population's batch p-value, NaN without ``domain.json``), ``in_domain`` ``(C,)`` bool (``False`` when
+        ``p <= beta`` or the perturbation extrapolates; without ``domain.json`` only the rules are applied, from
+        the training conditions recorded in ``metadata.json``), ``beta``. A flagged condition's note says in one
+        line that its band carries no guarantee.
 
     """
     encoded = [predictor.encode(label) for label in labels]
@@ -85,6 +91,25 @@ def predict_effects(predictor: PerturbationPredictor, ctrl: np.ndarray, labels: 
         box = predictor.bands.predict_set(torch.as_tensor(effect), alpha)
         lower, upper = box.lower.numpy(), box.upper.numpy()
         threshold = predictor.bands.threshold(alpha)
-    return {"conditions": [c for c, _, _ in encoded], "notes": [n for _, _, n in encoded], "cells": cells,
-            "effect": effect, "lower": lower, "upper": upper, "alpha": alpha, "threshold": threshold,
-            "n_calib": n_calib}
+    conditions = [c for c, _, _ in encoded]
+    domain = assess_domain(predictor, conditions, ctrl, beta)
+    notes = [d or n for (_, _, n), d in zip(encoded, domain.pop("note"), strict=True)]  # the domain note subsumes
+    return {"conditions": conditions, "notes": notes, "cells": cells, "effect": effect, "lower": lower,
+            "upper": upper, "alpha": alpha, "threshold": threshold, "n_calib": n_calib, **domain}
+
+
+def assess_domain(predictor: PerturbationPredictor, conditions: list[str], ctrl: np.ndarray,
+                  beta: float | None = None) -> dict:
+    """``domain_pvalue``, ``in_domain``, ``note`` per condition and ``beta`` (see :func:`predict_effects`)."""
+    if predictor.domain is not None:
+        beta = predictor.domain.beta if beta is None else beta
+        out = predictor.domain.assess(conditions, ctrl, beta)
+    else:  # rules only, from the training conditions recorded in metadata.json (none recorded: nothing known)
+        train = predictor.data.get("conditions", {}).get("train") or []
+        label = predictor.data.get("control_label", "ctrl")
+        reasons = [rule_reasons(c, train, label) if train else [] for c in conditions]
+        out = {"domain_pvalue": [float("nan")] * len(conditions), "in_domain": [not r for r in reasons],
+               "note": [out_of_domain_note(r) for r in reasons]}
+        beta = float("nan")
+    return {"domain_pvalue": np.asarray(out["domain_pvalue"], np.float64),
+            "in_domain": np.asarray(out["in_domain"], bool), "note": out["note"], "beta": float(beta)}

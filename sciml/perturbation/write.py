@@ -14,7 +14,9 @@ def to_anndata(result: dict, genes: list[str], info: dict):
 
     ``uns['perturbation_effects']`` holds ``conditions`` ``(C,)``, ``effect``/``lower``/``upper`` ``(C, G)``
     (columns in ``var_names`` order; NaN bands when the model has no calibrator), ``alpha``, ``threshold``,
-    ``notes``, ``band`` and ``n_calib`` (calibration conditions); ``uns['perturbation_predict']`` holds ``info``
+    ``notes``, ``band``, ``n_calib`` (calibration conditions), ``domain_pvalue`` ``(C,)`` (NaN without
+    ``domain.json``), ``in_domain`` ``(C,)`` bool (a flagged condition's band carries no guarantee; its note says
+    so) and ``domain_beta``; ``uns['perturbation_predict']`` holds ``info``
     (model, control file, pairing...).
     """
     import pandas as pd
@@ -35,6 +37,9 @@ def to_anndata(result: dict, genes: list[str], info: dict):
         "upper": np.asarray(result["upper"], np.float32), "threshold": float(result["threshold"]),
         "alpha": float("nan") if result["alpha"] is None else float(result["alpha"]), "band": BAND,
         "n_calib": int(result.get("n_calib", 0)),
+        "domain_pvalue": np.asarray(result.get("domain_pvalue", np.full(c, np.nan)), np.float64),
+        "in_domain": np.asarray(result.get("in_domain", np.ones(c, bool)), bool),
+        "domain_beta": float(result.get("beta", float("nan"))),
         "unit": "log1p expression, generated mean minus control mean"}
     adata.uns["perturbation_predict"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in info.items()}
     return adata
