@@ -61,7 +61,7 @@ def rule_reasons(label: str, train_conditions: Sequence[str], control_label: str
     trained = [parse_condition(c, control_label) for c in train_conditions]
     seen = {g for c in trained for g in c}
     never = [g for g in genes if g not in seen]
-    out = [f"never perturbed in training: {' '.join(never)}"] if never else []
+    out = [f"never perturbed in training: {' '.join(never)} (graph embedding only)"] if never else []
     missing = [g for g in genes if (g,) not in trained and g not in never] if len(genes) == 2 else []
     if missing:
         out.append(f"single never measured in training: {' '.join(missing)}")
