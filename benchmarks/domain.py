@@ -34,10 +34,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from domain_crystal import crystal_section  # noqa: E402
+from domain_perturbation import perturbation_section  # noqa: E402
 
 # family -> function(args) -> dict. The Hamiltonian section is written by benchmarks/domain_hamiltonian.py (its own
 # command, same read-modify-write of the results file); families may register theirs here instead.
-SECTIONS = {"crystal": crystal_section}
+SECTIONS = {"crystal": crystal_section, "perturbation": perturbation_section}
 
 
 def main(argv: list[str] | None = None) -> int:
