@@ -83,6 +83,7 @@ def perturbation_section(args=None) -> dict:
 
 
 def main() -> int:
+    """Compute the section and merge it into ``benchmarks/results/domain.json``."""
     from sciml.core.io.atomic import atomic_write_text
 
     torch.set_num_threads(1)

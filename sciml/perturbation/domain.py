@@ -1,4 +1,4 @@
-r"""Applicability domain of a perturbation model: is this control population, and this perturbation, one it knows?
+r"""Applicability domain of a perturbation model: known control cells, known perturbation.
 
 A perturbation model is trained on a few dozen *conditions*, so a conformal novelty test over conditions
 (calibrated on the held-out calib conditions, six for ``checkpoints/grn-default``) cannot even reach
