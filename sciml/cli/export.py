@@ -42,13 +42,10 @@ def run(args, overrides: list[str]) -> int:
     start = time.perf_counter()
     stage("export", f"loading {ckpt} ...", terminal_only=True)
     from sciml.cli.config import load_config
-    from sciml.core.export import find_run_config
-    from sciml.core.io.checkpoint import load_lightning_checkpoint
+    from sciml.core.export import load_run
     from sciml.core.registry import family
 
-    cfg = load_config(args.config) if args.config else None
-    state = load_lightning_checkpoint(ckpt)
-    cfg = cfg or find_run_config(ckpt)
+    state, cfg = load_run(ckpt, load_config(args.config) if args.config else None)
     steps = "measuring the test split" + (" and fitting the conformal calibrator on the calib split"
                                           if args.calibrate else "")
     stage("export", f"loaded {ckpt} ({cfg.get('task')} model, epoch {state.get('epoch', '?')}) in "

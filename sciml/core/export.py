@@ -22,10 +22,15 @@ def find_run_config(ckpt: Path) -> dict:
     raise FileNotFoundError(f"{ckpt}: no config.yaml in the run folder; pass --config")
 
 
+def load_run(ckpt: str | Path, config: dict | None = None) -> tuple[dict, dict]:
+    """The checkpoint's state (loaded with ``weights_only=True``) and its run config (``config`` or the run's own)."""
+    ckpt = Path(ckpt)
+    state = load_lightning_checkpoint(ckpt)
+    return state, config or find_run_config(ckpt)
+
+
 def export(ckpt: str | Path, output: str | Path, calibrate: bool = True, alpha: float = 0.1,
            config: dict | None = None, score: str | None = None) -> dict:
     """Export the checkpoint ``ckpt`` to the artifact folder ``output``; return the measured metrics."""
-    ckpt = Path(ckpt)
-    state = load_lightning_checkpoint(ckpt)
-    cfg = config or find_run_config(ckpt)
-    return family(cfg, "export").export(ckpt, state, output, cfg, calibrate, alpha, score)
+    state, cfg = load_run(ckpt, config)
+    return family(cfg, "export").export(Path(ckpt), state, output, cfg, calibrate, alpha, score)
