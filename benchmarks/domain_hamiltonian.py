@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from sciml.core.io.atomic import atomic_write_text
+from sciml.hamiltonian.artifact import load_model
 from sciml.hamiltonian.data.datamodule import collate, structure_to_sample
 from sciml.hamiltonian.data.gen_molecules import builtin_molecule, displaced_conformers
 from sciml.hamiltonian.data.generate import MoleculeJob, SCFSettings, generate_molecules
@@ -41,7 +42,7 @@ from sciml.hamiltonian.data.npz import read_npz
 from sciml.hamiltonian.domain import orbital_groups, structure_errors
 from sciml.hamiltonian.export import calibrate
 from sciml.hamiltonian.loss import matrix_mae
-from sciml.hamiltonian.predict import load_model, orbital_intervals
+from sciml.hamiltonian.predict import orbital_intervals
 from sciml.hamiltonian.task import datamodule
 from sciml.uq import SplitConformal
 

@@ -191,11 +191,11 @@ def crystals(root: Path, network: bool = True, steps: int | None = None, work: P
 
     from sciml.core.io.checkpoint import load_lightning_checkpoint
     from sciml.core.train import train
+    from sciml.hamiltonian.artifact import HamiltonianPredictor
     from sciml.hamiltonian.bands import predict_crystal
     from sciml.hamiltonian.data.crystal import read_crystals
     from sciml.hamiltonian.module import HamiltonianModule
     from sciml.hamiltonian.periodic import crystal_errors
-    from sciml.hamiltonian.predict import HamiltonianPredictor
     from sciml.hamiltonian.task import build
 
     def errors(module, held):

@@ -77,8 +77,8 @@ def time_imports() -> float:
 def load_without_fast_build(model: str) -> float:
     """Seconds of the previous ``load_model`` (e3nn modules built with opt_einsum_fx planning), for before/after."""
     from sciml.core.io.artifact import load_artifact
+    from sciml.hamiltonian.artifact import module_config
     from sciml.hamiltonian.module import HamiltonianModule
-    from sciml.hamiltonian.predict import module_config
 
     start = time.perf_counter()
     art = load_artifact(model)
@@ -119,9 +119,9 @@ def time_stages(model: str, paths: list[Path], out: Path) -> dict:
     """The command's pipeline in-process, stage by stage (seconds): load, H0+S per conformer, network, write."""
     import torch
 
+    from sciml.hamiltonian.artifact import load_model
     from sciml.hamiltonian.predict import (
         check_elements,
-        load_model,
         predict_structures,
         read_xyz,
         structure_from_matrices,

@@ -74,7 +74,8 @@ def run_predict(args, overrides: list[str]) -> int:
     """Predict every input and write its folder; print a one-line summary per molecule."""
     import torch
 
-    from sciml.hamiltonian.predict import DEFAULT_MODEL, load_model, predict_files
+    from sciml.hamiltonian.artifact import DEFAULT_MODEL, load_model
+    from sciml.hamiltonian.predict import predict_files
 
     torch.set_num_threads(args.threads)
     check_alpha_arg(args.alpha)

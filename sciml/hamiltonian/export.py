@@ -134,7 +134,7 @@ def crystal_scores(predictor, structures) -> tuple[dict[str, float], torch.Tenso
 
 def calibrate_crystals(module: HamiltonianModule, dm, alpha: float = 0.1):
     """Per-band Mondrian conformal on the calib split; test-split errors and the band coverage of its intervals."""
-    from sciml.hamiltonian.predict import HamiltonianPredictor
+    from sciml.hamiltonian.artifact import HamiltonianPredictor
     from sciml.uq.mondrian import MondrianConformal
 
     meta = module.hparams["meta"]

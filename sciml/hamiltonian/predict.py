@@ -1,6 +1,6 @@
-"""Load a Hamiltonian model; predict Kohn–Sham Hamiltonians, orbital energies and HOMO–LUMO gaps of molecules.
+"""Predict Kohn–Sham Hamiltonians, orbital energies and HOMO–LUMO gaps of molecules.
 
-One artifact loader (:func:`load_model`) serves molecule and crystal models (crystals: :mod:`sciml.hamiltonian.bands`).
+Models load with :func:`sciml.hamiltonian.artifact.load_model` (crystals predict in :mod:`sciml.hamiltonian.bands`).
 
 Pipeline per molecule: read the geometry (Å) → pyscf builds the overlap ``S`` and the zeroth-step ``H0``
 (Fock matrix of the minao initial-guess density) in the model's basis → the network predicts ``H`` → orbital
@@ -13,118 +13,19 @@ from __future__ import annotations
 
 import math
 import sys
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from sciml.core.io.artifact import ArtifactError, load_artifact
-from sciml.core.io.shipped import shipped_path
+from sciml.hamiltonian.artifact import HamiltonianPredictor
 from sciml.hamiltonian.data.datamodule import collate, structure_to_sample
-from sciml.hamiltonian.domain import FILE as DOMAIN_FILE
-from sciml.hamiltonian.domain import HamiltonianDomain, orbital_groups
+from sciml.hamiltonian.domain import orbital_groups
 from sciml.hamiltonian.embed import h0_embedding
-from sciml.hamiltonian.module import HamiltonianModule
 from sciml.hamiltonian.orbitals import OrbitalLayout
 from sciml.hamiltonian.structure import HamiltonianStructure
 from sciml.hamiltonian.units import HARTREE_EV
-from sciml.uq.split import calibrator_from_dict
-
-DEFAULT_MODEL = shipped_path("checkpoints/water-pbe-def2svp")
-
-
-@dataclass
-class HamiltonianPredictor:
-    """A loaded Hamiltonian model: module (eval mode), calibrator, orbital layout, level of theory.
-
-    Crystal models (``periodic``) also carry the pyscf.pbc ``generator`` settings that build H0 and S.
-    """
-
-    module: HamiltonianModule
-    calibrator: torch.nn.Module | None
-    layout: OrbitalLayout
-    basis: str
-    xc: str
-    path: Path
-    periodic: bool = False
-    generator: dict = field(default_factory=dict)
-    domain: HamiltonianDomain | None = None  # molecule models exported with a domain test (domain.json)
-
-
-#: network settings of the first crystal models (``task: hamiltonian-crystal`` artifacts, e.g. si-c-pbe-gth)
-LEGACY_CRYSTAL_NET = {"hidden": "16x0e+8x1o+8x1e+4x2e+4x2o", "lmax": 2, "n_layers": 2, "n_rbf": 16, "cutoff": 6.0,
-                      "radial_hidden": 32}
-
-
-def module_config(config: dict, metadata: dict, path) -> dict:
-    """``HamiltonianModule`` keyword arguments of an artifact's config.
-
-    Also reads the first crystal format (``task: hamiltonian-crystal``, ridge + network trained outside
-    Lightning, same state-dict keys): its network ran in float64 on blocks within ``network.settings.cutoff``.
-    """
-    if config.get("task") == "hamiltonian":
-        return dict(config["module"])
-    if config.get("task") != "hamiltonian-crystal":
-        raise ArtifactError(f"{path}: task is {config.get('task')!r}, not a Hamiltonian model")
-    if not config.get("network"):
-        raise ArtifactError(f"{path}: a ridge-only crystal model of an older sciml; retrain it with "
-                            "`sciml fit --config configs/hamiltonian/si-c.yaml`")
-    net = LEGACY_CRYSTAL_NET | config["network"]["settings"]
-    meta = {k: metadata.get(k) for k in ("basis", "xc", "pseudo")}
-    meta |= {"cutoff": float(net["cutoff"]), "n_virtual": int(config["network"]["loss"].get("n_virtual", 2)),
-             "periodic": True, "generator": config.get("generator") or {}}
-    loss = {k: v for k, v in config["network"]["loss"].items() if k != "n_virtual"}
-    return {"network": net | {"use_h0": True, "dtype": "float64"}, "layout": config["layout"], "stats": None,
-            "loss": loss, "meta": meta, "ridge": config["ridge"]}
-
-
-@contextmanager
-def _fast_e3nn_build(enabled: bool = True):
-    """Build e3nn modules without ``opt_einsum_fx`` contraction planning (half of model loading, ~1.5 s).
-
-    ``torch.einsum`` still orders contractions at run time; predictions change by float rounding only (shipped
-    water model: 2e-14 Ha on orbital energies). Molecule models only (``enabled``): crystal models keep the
-    bit-identical export/load round trip. e3nn's global defaults are restored afterwards.
-    """
-    import e3nn
-
-    if not enabled:
-        yield
-        return
-    before = e3nn.get_optimization_defaults()
-    e3nn.set_optimization_defaults(optimize_einsums=False)
-    try:
-        yield
-    finally:
-        e3nn.set_optimization_defaults(optimize_einsums=before["optimize_einsums"])
-
-
-def load_model(path: str | Path = DEFAULT_MODEL) -> HamiltonianPredictor:
-    """Load a Hamiltonian artifact folder, molecule or crystal model (strict weights, JSON calibrator)."""
-    import sciml.uq.mondrian  # noqa: F401  (registers the "mondrian" calibrator of crystal models)
-
-    art = load_artifact(path)
-    kwargs = module_config(art.config, dict(art.metadata or {}), path)
-    with _fast_e3nn_build(not (kwargs.get("meta") or {}).get("periodic")):
-        module = HamiltonianModule(**kwargs)
-    module.load_state_dict(art.state_dict, strict=True)
-    module.eval()
-    meta = module.hparams.get("meta") or {}
-    calibrator = calibrator_from_dict(art.calibrator) if art.calibrator else None
-    domain = None
-    if DOMAIN_FILE in art.extras:
-        try:
-            domain = HamiltonianDomain.from_dict(art.extras[DOMAIN_FILE])
-        except ValueError as err:
-            raise ArtifactError(f"{Path(path) / DOMAIN_FILE}: {err}; re-export the model") from None
-    if getattr(calibrator, "score_name", None) == "normalized" and domain is None:
-        raise ArtifactError(f"{Path(path) / 'calibrator.json'}: normalised intervals need {DOMAIN_FILE}, which is "
-                            "missing from metadata.json's extra_files; re-export the model")
-    return HamiltonianPredictor(module, calibrator, module.layout, str(meta.get("basis", "def2-svp")),
-                                str(meta.get("xc", "pbe")), Path(path), bool(meta.get("periodic")),
-                                dict(meta.get("generator") or {}), domain)
 
 
 def read_xyz(path: str | Path) -> tuple[np.ndarray, np.ndarray]:

@@ -104,7 +104,8 @@ def test_bad_inputs_are_one_line_errors(tiny_run, tmp_path, capsys):
 
 def test_other_basis_and_missing_overlap_are_errors(tiny_run):
     pytest.importorskip("pyscf")
-    from sciml.hamiltonian.predict import load_model, structure_from_matrices, zeroth_step
+    from sciml.hamiltonian.artifact import load_model
+    from sciml.hamiltonian.predict import structure_from_matrices, zeroth_step
 
     predictor = load_model(tiny_run["artifact"])
     numbers = np.array([8, 1, 1])

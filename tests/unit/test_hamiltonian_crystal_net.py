@@ -160,7 +160,7 @@ def test_band_loss_has_finite_gradient_and_decreases(trained):
 
 def test_export_load_round_trip_and_band_calibrator(trained, tmp_path):
     from sciml.core.export import export
-    from sciml.hamiltonian.predict import load_model
+    from sciml.hamiltonian.artifact import load_model
 
     ckpt = Path(trained["metrics"]["best_checkpoint"])
     metrics = export(ckpt, tmp_path / "m", calibrate=True, alpha=0.25, config=trained["cfg"])
@@ -181,7 +181,7 @@ def test_shipped_crystal_model_loads_strictly_and_keeps_its_numbers():
     """``checkpoints/si-c-pbe-gth`` (first crystal format, trained outside Lightning) loads strictly into the
     HamiltonianModule; on a fixed synthetic Si cell its bands equal those of the code that trained it (recorded
     with ``sciml.hamiltonian.crystal_model.load_crystal_model`` before the move, to 1e-9 relative)."""
-    from sciml.hamiltonian.predict import load_model
+    from sciml.hamiltonian.artifact import load_model
 
     if not (ROOT / "checkpoints" / "si-c-pbe-gth").is_dir():
         pytest.skip("no shipped crystal model")

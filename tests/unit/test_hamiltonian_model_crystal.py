@@ -65,7 +65,7 @@ def crystal_config(root, structures, fractions=(0.5, 0.25, 0.25, 0.0), **model) 
 
 
 def predictor_of(module):
-    from sciml.hamiltonian.predict import HamiltonianPredictor
+    from sciml.hamiltonian.artifact import HamiltonianPredictor
 
     return HamiltonianPredictor(module.eval(), None, module.layout, "x", "pbe", None, True, {})
 
