@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from sciml.core.io.artifact import ArtifactError, load_artifact, restore_module
+from sciml.core.io.artifact import ArtifactError, load_artifact, parse_extra, restore_module
 from sciml.core.io.checksum import sha256_file
 from sciml.core.io.shipped import shipped_path
 from sciml.crystal.calibration import ensure_group_function
@@ -107,12 +107,9 @@ def _shift_current(art) -> bool:
 
 def load_domain(art) -> CrystalDomain | None:
     """The validated ``domain.json`` of a loaded artifact, or ``None`` when it has none."""
-    if DOMAIN_FILE not in art.extras:
+    domain = parse_extra(art, DOMAIN_FILE, CrystalDomain.from_dict, "re-export the model or run add_domain")
+    if domain is None:
         return None
-    try:
-        domain = CrystalDomain.from_dict(art.extras[DOMAIN_FILE])
-    except (ValueError, TypeError) as err:
-        raise ArtifactError(f"{art.path / DOMAIN_FILE}: {err}; re-export the model or run add_domain") from None
     if domain.score.dim != _embedding_dim(art, domain.layer):
         raise ArtifactError(f"{art.path / DOMAIN_FILE}: embedding dimension {domain.score.dim} does not fit the "
                             f"network's {domain.layer!r} layer; re-export the model")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from sciml.core.io.artifact import ArtifactError, load_artifact
+from sciml.core.io.artifact import ArtifactError, load_artifact, parse_extra
 from sciml.core.io.shipped import shipped_path
 from sciml.hamiltonian.domain import FILE as DOMAIN_FILE
 from sciml.hamiltonian.domain import HamiltonianDomain
@@ -103,12 +103,7 @@ def load_model(path: str | Path = DEFAULT_MODEL) -> HamiltonianPredictor:
     module.eval()
     meta = module.hparams.get("meta") or {}
     calibrator = calibrator_from_dict(art.calibrator) if art.calibrator else None
-    domain = None
-    if DOMAIN_FILE in art.extras:
-        try:
-            domain = HamiltonianDomain.from_dict(art.extras[DOMAIN_FILE])
-        except ValueError as err:
-            raise ArtifactError(f"{Path(path) / DOMAIN_FILE}: {err}; re-export the model") from None
+    domain = parse_extra(art, DOMAIN_FILE, HamiltonianDomain.from_dict)
     if getattr(calibrator, "score_name", None) == "normalized" and domain is None:
         raise ArtifactError(f"{Path(path) / 'calibrator.json'}: normalised intervals need {DOMAIN_FILE}, which is "
                             "missing from metadata.json's extra_files; re-export the model")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from sciml.core.io.artifact import ArtifactError, load_artifact, restore_module
+from sciml.core.io.artifact import ArtifactError, load_artifact, parse_extra, restore_module
 from sciml.core.io.shipped import shipped_path
 from sciml.perturbation.data.conditions import UnknownGeneError, format_condition, parse_condition
 from sciml.perturbation.domain import FILE as DOMAIN_FILE
@@ -93,13 +93,8 @@ def load_model(path: str | Path = DEFAULT_MODEL) -> PerturbationPredictor:
         bands = EffectBands.from_dict(art.calibrator) if art.calibrator else None
     except (ValueError, KeyError, TypeError) as err:
         raise ArtifactError(f"{art.path / 'calibrator.json'}: {err}") from None
-    domain = None
-    if DOMAIN_FILE in art.extras:
-        try:
-            domain = PerturbationDomain.from_dict(art.extras[DOMAIN_FILE])
-        except (ValueError, KeyError, TypeError) as err:
-            raise ArtifactError(f"{art.path / DOMAIN_FILE}: {err}; re-export or run "
-                                "sciml.perturbation.export.add_domain") from None
+    domain = parse_extra(art, DOMAIN_FILE, PerturbationDomain.from_dict,
+                         "re-export or run sciml.perturbation.export.add_domain")
     return PerturbationPredictor(module, art.metadata.get("data", {}), bands, art.path, domain)
 
 

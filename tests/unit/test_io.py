@@ -81,3 +81,18 @@ def test_atomic_outputs_get_normal_permissions(tmp_path):
     assert stat.S_IMODE((tmp_path / "f.txt").stat().st_mode) == 0o644
     assert stat.S_IMODE((tmp_path / "d").stat().st_mode) == 0o755
     assert {stat.S_IMODE(f.stat().st_mode) for f in art.iterdir()} == {0o644}  # safetensors alone writes 0600
+
+
+def test_parse_extra_absent_parsed_or_one_line_error(tmp_path):
+    from sciml.core.io.artifact import parse_extra
+
+    art = load_artifact(save_artifact(tmp_path / "a", config={"task": "crystal"}, state_dict={"w": torch.zeros(2)},
+                                      metadata={}, calibrator=None, card="# a", extras={"domain.json": {"k": 3}}))
+    assert parse_extra(art, "other.json", dict) is None
+    assert parse_extra(art, "domain.json", lambda d: d["k"]) == 3
+
+    def reject(d):
+        raise ValueError("field 'k' must be even")
+
+    with pytest.raises(ArtifactError, match=r"domain\.json: field 'k' must be even; run add_domain$"):
+        parse_extra(art, "domain.json", reject, "run add_domain")

@@ -205,6 +205,20 @@ def load_artifact(path: str | Path, task: str | None = None) -> Artifact:
                     _read_extras(path, metadata))
 
 
+def parse_extra(art: Artifact, name: str, parse: Callable[[Any], Any], fix: str = "re-export the model") -> Any:
+    """``parse(content)`` of the extra file ``name`` (e.g. a family's ``from_dict``), or ``None`` when absent.
+
+    The checksum was verified by :func:`load_artifact`; a content the parser rejects (``ValueError``,
+    ``KeyError``, ``TypeError``) becomes a one-line :class:`ArtifactError` naming the file and ``fix``.
+    """
+    if name not in art.extras:
+        return None
+    try:
+        return parse(art.extras[name])
+    except (ValueError, KeyError, TypeError) as err:
+        raise ArtifactError(f"{art.path / name}: {err}; {fix}") from None
+
+
 def restore_module(art: Artifact, build: Callable[..., torch.nn.Module]) -> torch.nn.Module:
     """``build(**art.config["module"])`` with the artifact's weights loaded strictly, in eval mode.
 
