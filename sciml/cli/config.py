@@ -59,7 +59,10 @@ def load_run_config(path: str | Path, overrides: list[str]) -> dict:
     return check_config(apply_overrides(load_config(path), overrides), source=path)
 
 
-def check_alpha_arg(alpha: float | None) -> None:
-    """Raise ``ValueError`` naming ``--alpha`` unless it is None or in the open interval (0, 1)."""
+def check_alpha_arg(alpha: float | None, flag: str = "--alpha") -> None:
+    """Raise ``ValueError`` naming ``flag`` unless the level is None or in the open interval (0, 1).
+
+    For miscoverage ``--alpha`` and the domain flag level ``--beta`` alike.
+    """
     if alpha is not None and not 0 < alpha < 1:
-        raise ValueError(f"--alpha must lie in (0, 1), got {alpha}")
+        raise ValueError(f"{flag} must lie in (0, 1), got {alpha}")

@@ -58,8 +58,7 @@ def run_predict(args, overrides: list[str]) -> int:
     Inputs that do not exist fail at once, before torch and pymatgen are imported.
     """
     check_alpha_arg(args.alpha)
-    if args.beta is not None and not 0 < args.beta < 1:
-        raise ValueError(f"--beta must be in (0, 1), got {args.beta}")
+    check_alpha_arg(args.beta, "--beta")
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
     require_inputs(args.inputs, "file or folder", INPUTS)

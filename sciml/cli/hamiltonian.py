@@ -81,8 +81,7 @@ def run_predict(args, overrides: list[str]) -> int:
     check_alpha_arg(args.alpha)
     if args.reference is not None and len(args.reference) != len(args.inputs):
         raise ValueError(f"--reference needs one file per input ({len(args.inputs)}), got {len(args.reference)}")
-    if args.beta is not None and not 0 < args.beta < 1:
-        raise ValueError(f"--beta must be in (0, 1), got {args.beta}")
+    check_alpha_arg(args.beta, "--beta")
     predictor = load_model(args.model or DEFAULT_MODEL)
     if predictor.periodic:
         if args.shift_aware or args.beta is not None:

@@ -40,8 +40,7 @@ def _check_args(args) -> None:
     if args.n_cells < 1:
         raise ValueError(f"--n-cells must be >= 1, got {args.n_cells}")
     check_alpha_arg(args.alpha)
-    if args.beta is not None and not 0 < args.beta < 1:
-        raise ValueError(f"--beta must be in (0, 1), got {args.beta}")
+    check_alpha_arg(args.beta, "--beta")
     if args.steps is not None and args.steps < 1:
         raise ValueError(f"--steps must be >= 1, got {args.steps}")
     if not str(args.output).endswith(".h5ad"):

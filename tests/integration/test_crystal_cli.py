@@ -150,3 +150,13 @@ def test_bad_config_and_override_are_one_line_errors(tmp_path, capsys):
     bad.write_text("task: nonsense\n")
     assert main(["fit", "--config", str(bad), "--run_dir", str(tmp_path / "r")]) != 0
     assert "known tasks" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("verb", [["crystal", "predict", str(ROOT / "examples" / "structures" / "SrTiO3.cif")],
+                                  ["hamiltonian", "predict", str(ROOT / "examples" / "hamiltonian" / "water.xyz"),
+                                   "--output", "unused"]])
+@pytest.mark.parametrize("beta", ["0", "1", "1.5"])
+def test_domain_level_outside_unit_interval_is_one_line_error(verb, beta, capsys):
+    assert main([*verb, "--beta", beta]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: --beta must lie in (0, 1), got {float(beta)}"]
