@@ -5,6 +5,7 @@ Examples
 ``sciml data hamiltonian --molecule water --n 200 --out runs/data/water``
 ``sciml data hamiltonian --xyz traj.xyz --out runs/data/traj --format both``
 ``sciml data hamiltonian --molecule water --n 50 --sigma 0.03 --sigma-max 0.10 --rotate --out runs/data/broad``
+``sciml data hamiltonian --molecule g2-train --n 8 --sigma 0.02 --sigma-max 0.10 --rotate --h0 fast --out runs/data/g2``
 ``sciml data hamiltonian --crystal Si --kmesh 2 2 2 --n 3 --out runs/data/si``
 
 """
@@ -19,7 +20,9 @@ def add_parser(sub, name: str) -> None:
     """Register the ``hamiltonian`` sub-verb of ``sciml data``."""
     p = sub.add_parser(name, help="pyscf Hamiltonians of molecules or crystals (resumable, atomic writes)")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--molecule", help="built-in molecule: water, ethanol, malondialdehyde, uracil")
+    src.add_argument("--molecule", help="built-in molecule(s), comma-separated: water, ethanol, malondialdehyde, "
+                     "uracil, any closed-shell H/C/N/O name of ASE's G2 (e.g. C6H6), or the lists g2-organic, "
+                     "g2-train, g2-holdout, md17-holdout (one npz per molecule)")
     src.add_argument("--xyz", help="xyz file (Å); several frames = a trajectory, one frame = displace it")
     src.add_argument("--crystal", help="built-in crystal: Si, C (diamond)")
     p.add_argument("--out", required=True, help="output folder (reused to resume)")
@@ -33,6 +36,9 @@ def add_parser(sub, name: str) -> None:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--xc", default="pbe", help="functional, or 'hf' (default pbe)")
     p.add_argument("--basis", default=None, help="basis (default def2-svp; gth-szv for crystals)")
+    p.add_argument("--h0", choices=["full", "fast"], default="full",
+                   help="how H0 is built: full (exact Coulomb, SCF grid) or fast (density-fitted Coulomb, grid "
+                   "level 1; ~5x cheaper to predict with); the model must be trained on the H0 it predicts from")
     p.add_argument("--conv-tol", type=float, default=1e-10, help="SCF energy tolerance, Hartree")
     p.add_argument("--format", choices=["npz", "deeph", "both"], default=None,
                    help="npz (shared format) and/or DeepH folders (default npz; deeph for crystals)")
@@ -57,31 +63,44 @@ def run(args, overrides: list[str]) -> int:
         raise ValueError(f"--n must be >= 1, got {args.n}")
     if args.crystal:
         return _run_crystal(args)
-    from sciml.hamiltonian.data.gen_molecules import builtin_molecule, displaced_conformers, read_xyz_frames
-    from sciml.hamiltonian.data.generate import MoleculeJob, SCFSettings, generate_molecules
+    from sciml.hamiltonian.data.generate import SCFSettings, generate_molecules
+
+    jobs = _molecule_jobs(args)
+    settings = SCFSettings(xc=args.xc, basis=args.basis or "def2-svp", conv_tol=args.conv_tol, threads=args.threads,
+                           h0=args.h0)
+    fmt = args.format or "npz"
+    formats = ("npz", "deeph") if fmt == "both" else (fmt,)
+    res = generate_molecules(jobs, settings, args.out, formats, args.workers, progress=not args.no_progress)
+    names = ", ".join(sorted({j.name for j in jobs}))
+    print(f"{names}: {res['computed']} computed, {res['skipped']} already done; wrote {', '.join(res['files'])}",
+          file=sys.stderr)
+    return 0
+
+
+def _molecule_jobs(args) -> list:
+    """One job per conformer. Several molecules: each gets its own conformer seed (``molecule_seed``)."""
+    from sciml.hamiltonian.data.gen_molecules import (builtin_molecule, displaced_conformers, molecule_seed,
+                                                      read_xyz_frames, resolve_molecules)
+    from sciml.hamiltonian.data.generate import MoleculeJob
 
     sigma = 0.05 if args.sigma is None else args.sigma
     if args.molecule:
-        name, (numbers, base) = args.molecule, builtin_molecule(args.molecule)
-        frames = displaced_conformers(base, args.n or 10, sigma, args.seed, sigma_max=args.sigma_max,
-                                      rotate=args.rotate)
+        names = resolve_molecules(args.molecule)
+        sources = [(name, *builtin_molecule(name)) for name in names]
+        seeds = [args.seed] if len(names) == 1 else [molecule_seed(args.seed, n) for n in names]
+        sources = [(name, numbers, displaced_conformers(base, args.n or 10, sigma, seed, sigma_max=args.sigma_max,
+                                                        rotate=args.rotate))
+                   for (name, numbers, base), seed in zip(sources, seeds, strict=True)]
     else:
-        name = Path(args.xyz).stem
         numbers, frames = read_xyz_frames(args.xyz)
         if len(frames) == 1:
             frames = displaced_conformers(frames[0], args.n or 10, sigma, args.seed, sigma_max=args.sigma_max,
                                           rotate=args.rotate)
         elif args.n:
             frames = frames[: args.n]
-    jobs = [MoleculeJob(name, k, tuple(int(z) for z in numbers), tuple(map(tuple, f.tolist())))
-            for k, f in enumerate(frames)]
-    settings = SCFSettings(xc=args.xc, basis=args.basis or "def2-svp", conv_tol=args.conv_tol, threads=args.threads)
-    fmt = args.format or "npz"
-    formats = ("npz", "deeph") if fmt == "both" else (fmt,)
-    res = generate_molecules(jobs, settings, args.out, formats, args.workers, progress=not args.no_progress)
-    print(f"{name}: {res['computed']} computed, {res['skipped']} already done; wrote {', '.join(res['files'])}",
-          file=sys.stderr)
-    return 0
+        sources = [(Path(args.xyz).stem, numbers, frames)]
+    return [MoleculeJob(name, k, tuple(int(z) for z in numbers), tuple(map(tuple, f.tolist())))
+            for name, numbers, frames in sources for k, f in enumerate(frames)]
 
 
 def _run_crystal(args) -> int:

@@ -165,9 +165,12 @@ CRYSTAL = {
 
 HAMILTONIAN = {
     "data": Section({
-        "path": Key(None, "molecules: npz of conformers (H, H0, S); crystals: a folder of DeepH folders", "str",
+        "path": Key(None, "molecules: npz of conformers (H, H0, S) or a folder of such npz files "
+                    "(one per molecule); crystals: a folder of DeepH folders", "str",
                     required=True),
-        "split": _split([0.7, 0.05, 0.1, 0.15], 0),
+        "split": _split([0.7, 0.05, 0.1, 0.15], 0,
+                        by=Key("conformer", "split unit: conformer, or molecule (a folder of npz files: every "
+                                            "conformer of a molecule in one split)", "str", ("conformer", "molecule"))),
         "batch_size": Key(32, "structures per batch"),
         "num_workers": Key(0, "DataLoader workers"),
         "cutoff": Key(100.0, "edge cutoff, Å (beyond it a block stays H0's)"),

@@ -36,6 +36,30 @@ def random_split(n: int, fractions: Sequence[float], seed: int) -> dict[str, np.
     return {name: np.sort(part) for name, part in zip(SPLIT_NAMES, parts, strict=True)}
 
 
+def group_split(groups: Sequence[str], fractions: Sequence[float], seed: int) -> dict[str, np.ndarray]:
+    """Split items by group (e.g. molecule): every item of a group lands in the same split.
+
+    The sorted distinct groups are split with :func:`random_split` (so ``fractions`` are shares of *groups*), and
+    each item follows its group. Use it when the model must be judged on groups it never saw in any form.
+
+    Parameters
+    ----------
+    groups : sequence of str, length n
+        Group label of each item.
+    fractions, seed
+        As in :func:`random_split`.
+
+    Returns
+    -------
+    dict of split name -> sorted item indices.
+
+    """
+    labels = np.asarray([str(g) for g in groups])
+    unique = np.unique(labels)
+    by_group = random_split(len(unique), fractions, seed)
+    return {name: np.sort(np.nonzero(np.isin(labels, unique[idx]))[0]) for name, idx in by_group.items()}
+
+
 def write_split(path: str | Path, ids: Sequence[str], split: dict[str, np.ndarray], seed: int) -> None:
     """Write the ids of each split as JSON (atomically)."""
     payload = {"seed": seed, **{name: [str(ids[i]) for i in idx] for name, idx in split.items()}}

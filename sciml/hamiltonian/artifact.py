@@ -41,6 +41,7 @@ class HamiltonianPredictor:
     periodic: bool = False
     generator: dict = field(default_factory=dict)
     domain: HamiltonianDomain | None = None  # molecule models exported with a domain test (domain.json)
+    h0: str = "full"  # how H0 is built at prediction, as in the training data (sciml.hamiltonian.data.h0)
 
 
 #: network settings of the first crystal models (``task: hamiltonian-crystal`` artifacts, e.g. si-c-pbe-gth)
@@ -109,4 +110,4 @@ def load_model(path: str | Path = DEFAULT_MODEL) -> HamiltonianPredictor:
                             "missing from metadata.json's extra_files; re-export the model")
     return HamiltonianPredictor(module, calibrator, module.layout, str(meta.get("basis", "def2-svp")),
                                 str(meta.get("xc", "pbe")), Path(path), bool(meta.get("periodic")),
-                                dict(meta.get("generator") or {}), domain)
+                                dict(meta.get("generator") or {}), domain, str(meta.get("h0") or "full"))

@@ -56,15 +56,18 @@ def check_elements(numbers, layout: OrbitalLayout, source: str) -> None:
 
 
 def zeroth_step(numbers, positions, basis: str, xc: str, layout: OrbitalLayout, source: str = "input",
-                grid_level: int = 3) -> dict:
+                grid_level: int = 3, h0: str = "full") -> dict:
     """Pyscf ``S`` and ``H0`` (pyscf AO order, Hartree) and the number of doubly occupied orbitals.
 
+    ``h0`` is how the model's training data built H0 (:mod:`sciml.hamiltonian.data.h0`: ``"full"`` or ``"fast"``).
     Raises ImportError (one line) without pyscf, ValueError when pyscf's basis differs from the model's.
     """
     from sciml.hamiltonian.data.generate import import_pyscf
 
     import_pyscf()
-    from pyscf import dft, gto
+    from pyscf import gto
+
+    from sciml.hamiltonian.data.h0 import zeroth_step_matrices
 
     mol = gto.M(atom=[(int(z), tuple(p)) for z, p in zip(numbers, positions, strict=True)], basis=basis,
                 unit="Angstrom", verbose=0)
@@ -75,10 +78,7 @@ def zeroth_step(numbers, positions, basis: str, xc: str, layout: OrbitalLayout, 
         if got.shells_of(z) != layout.shells_of(z):
             raise ValueError(f"{source}: basis {basis!r} gives shells {got.shells_of(z)} for Z={z}, the model was "
                              f"trained with {layout.shells_of(z)}; use the training basis")
-    mf = dft.RKS(mol)
-    mf.xc, mf.grids.level, mf.verbose = xc, grid_level, 0
-    return {"S": mf.get_ovlp(), "H0": mf.get_fock(dm=mf.get_init_guess(key="minao")),
-            "n_occupied": mol.nelectron // 2}
+    return zeroth_step_matrices(mol, xc, grid_level, h0) | {"n_occupied": mol.nelectron // 2}
 
 
 def structure_from_matrices(numbers, positions, mats: dict, layout: OrbitalLayout, n_occupied: int,
@@ -279,7 +279,8 @@ def _prepare(path, predictor: HamiltonianPredictor, reference_path, bar):
     bar.set_postfix_str(f"{Path(path).name}: pyscf H0, S")
     numbers, positions = read_xyz(path)
     check_elements(numbers, predictor.layout, str(path))
-    mats = zeroth_step(numbers, positions, predictor.basis, predictor.xc, predictor.layout, str(path))
+    mats = zeroth_step(numbers, positions, predictor.basis, predictor.xc, predictor.layout, str(path),
+                       h0=predictor.h0)
     structure = structure_from_matrices(numbers, positions, mats, predictor.layout, mats["n_occupied"], str(path))
     reference = None
     if reference_path is not None:

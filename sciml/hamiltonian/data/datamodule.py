@@ -19,7 +19,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from sciml.core.datamodule import SplitDataModule
-from sciml.core.splits import random_split, write_split
+from sciml.core.splits import group_split, random_split, write_split
 from sciml.hamiltonian.data.batch import HamiltonianBatch, collate, collate_crystals
 from sciml.hamiltonian.nn.blocks import BlockBasis
 from sciml.hamiltonian.orbitals import OrbitalLayout
@@ -106,11 +106,13 @@ class HamiltonianDataModule(SplitDataModule):
     Parameters
     ----------
     path : str
-        npz file in the shared format (``../shared/data/hamiltonian/*.npz``: molecules), or a folder holding
-        periodic DeepH folders (``sciml data hamiltonian --crystal``: crystals, see
-        :mod:`sciml.hamiltonian.data.crystal`).
+        npz file in the shared format (``../shared/data/hamiltonian/*.npz``: molecules), a folder of such files
+        (one molecule each: a many-molecule set), or a folder holding periodic DeepH folders (``sciml data
+        hamiltonian --crystal``: crystals, see :mod:`sciml.hamiltonian.data.crystal`).
     split : dict
-        ``fractions`` (train, val, calib, test) and ``seed``; written to ``<run_dir>/split.json``.
+        ``fractions`` (train, val, calib, test), ``seed`` and ``by`` (``"conformer"``, or ``"molecule"``: every
+        conformer of a molecule in one split, :func:`~sciml.core.splits.group_split`); written to
+        ``<run_dir>/split.json``.
     batch_size, num_workers : int
         Loader settings (structures per batch).
     cutoff : float
@@ -133,7 +135,9 @@ class HamiltonianDataModule(SplitDataModule):
         self.path, self.batch_size, self.num_workers = path, batch_size, num_workers
         self.cutoff, self.n_virtual, self.limit, self.run_dir = cutoff, n_virtual, limit, run_dir
         self.fractions, self.seed = split.get("fractions", [0.7, 0.05, 0.1, 0.15]), int(split.get("seed", 0))
-        self.periodic = Path(path).is_dir()
+        self.split_by = str(split.get("by", "conformer"))
+        self.folder = Path(path).is_dir() and any(Path(path).glob("*.npz"))  # one npz per molecule
+        self.periodic = Path(path).is_dir() and not self.folder
         self.datasets: dict[str, list[dict]] = {}
 
     def read(self) -> list[HamiltonianStructure]:
@@ -145,12 +149,21 @@ class HamiltonianDataModule(SplitDataModule):
             from sciml.hamiltonian.data.crystal import read_crystals
 
             structures, self.layout = read_crystals(self.path)
+        elif self.folder:
+            from sciml.hamiltonian.data.npz import read_npz_folder
+
+            structures, self.layout = read_npz_folder(self.path)
         else:
             from sciml.hamiltonian.data.npz import read_npz
 
             structures, self.layout = read_npz(self.path)
+        if self.split_by == "molecule" and not self.folder:
+            raise ValueError(f"data.split.by is 'molecule' but data.path {self.path} is not a folder of npz files "
+                             "(one per molecule); use by: conformer or point data.path at such a folder")
         structures = structures[: self.limit] if self.limit else structures
         self.meta = {k: structures[0].meta.get(k) for k in ("basis", "xc")}
+        if not self.periodic:
+            self.meta["h0"] = str(structures[0].meta.get("h0", "full"))
         if self.periodic:
             from sciml.hamiltonian.data.gen_crystal import generator_settings
 
@@ -174,13 +187,17 @@ class HamiltonianDataModule(SplitDataModule):
         structures = self.read()
         self.node_basis, self.edge_basis = bases(self.layout)
         samples = [self.sample(s) for s in structures]
-        split = random_split(len(samples), self.fractions, self.seed)
+        if self.split_by == "molecule":
+            split = group_split([s.meta["molecule"] for s in structures], self.fractions, self.seed)
+        else:
+            split = random_split(len(samples), self.fractions, self.seed)
         self.split = {k: v.tolist() for k, v in split.items()}
         self.datasets = {name: [samples[i] for i in idx] for name, idx in split.items()}
         self.structures = {name: [structures[i] for i in idx] for name, idx in split.items()}
         if self.run_dir:
             ids = ([str(s.meta.get("source", k)) for k, s in enumerate(structures)] if self.periodic else
-                   [f"{Path(self.path).name}:{s.meta.get('index', k)}" for k, s in enumerate(structures)])
+                   [f"{Path(s.meta.get('source', self.path)).name}:{s.meta.get('index', k)}"
+                    for k, s in enumerate(structures)])
             write_split(Path(self.run_dir) / "split.json", ids, split, self.seed)
         log.info("split sizes: %s", self.split_sizes())
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["MD17", "builtin_molecule", "conformer_sigmas", "displaced_conformers", "read_xyz_frames"]
+__all__ = ["G2_ORGANIC", "MD17", "builtin_molecule", "conformer_sigmas", "displaced_conformers", "molecule_seed",
+           "organic_split", "read_xyz_frames", "resolve_molecules"]
 
 _WATER = [("O", 0.0, 0.0, 0.117), ("H", 0.0, 0.757, -0.469), ("H", 0.0, -0.757, -0.469)]
 _ETHANOL = [("C", 1.1879, -0.3829, 0.0), ("C", 0.0, 0.5526, 0.0), ("O", -1.1867, -0.2472, 0.0),
@@ -67,13 +68,69 @@ _URACIL = _planar_ring(["N", "C", "N", "C", "C", "C"], 1.39,
 MD17 = {"water": _WATER, "ethanol": _ETHANOL, "malondialdehyde": _malondialdehyde(), "uracil": _URACIL}
 
 
+#: closed-shell H/C/N/O molecules of ASE's G2 collection (``ase.collections.g2``, experimental geometries), by size
+G2_ORGANIC = (
+    "CO", "H2", "N2", "CH2_s1A1d", "CO2", "H2O", "HCN", "N2O", "O3", "C2H2", "H2CO", "H2O2", "NCCN", "NH3", "CH4",
+    "H2CCO", "HCOOH", "C2H4", "CH3CN", "CH3OH", "N2H4", "OCHCHO", "C3H4_C2v", "C3H4_C3v", "C3H4_D2d", "CH2OCH2",
+    "CH3CHO", "CH3NO2", "CH3ONO", "H2CCHCN", "H3CNH2", "C2H6", "CH2NHCH2", "CH3COOH", "HCOOCH3", "C3H6_Cs",
+    "C3H6_D3h", "C4H4O", "CH3CH2OH", "CH3CONH2", "CH3OCH3", "2-butyne", "C2H6NH", "C4H4NH", "CH3CH2NH2", "CH3COCH3",
+    "bicyclobutane", "butadiene", "cyclobutene", "methylenecyclopropane", "C3H8", "C5H5N", "C2H6CHOH", "C6H6",
+    "CH3CH2OCH3", "cyclobutane", "isobutene", "C3H9N", "C5H8", "isobutane", "trans-butane")
+#: MD17 molecules that a general model must never train on (issue 15); water and ethanol may be trained on
+MD17_HOLDOUT = ("malondialdehyde", "uracil")
+#: molecule-list aliases of ``--molecule`` (see :func:`organic_split`)
+ALIASES = ("g2-organic", "g2-train", "g2-holdout", "md17-holdout")
+
+
+def organic_split(seed: int = 0, n_holdout: int = 8) -> tuple[list[str], list[str]]:
+    """Seeded molecule-level split of :data:`G2_ORGANIC`: (training molecules, held-out molecules).
+
+    Water and ethanol always train (the MD17 pair allowed in training); ``n_holdout`` of the others, drawn with
+    ``default_rng(seed)``, are never seen in any conformer.
+    """
+    pool = [m for m in G2_ORGANIC if m not in ("H2O", "CH3CH2OH")]
+    held = set(np.random.default_rng(seed).choice(pool, size=n_holdout, replace=False).tolist())
+    return [m for m in G2_ORGANIC if m not in held], [m for m in G2_ORGANIC if m in held]
+
+
+def resolve_molecules(spec: str) -> list[str]:
+    """Molecule names of a ``--molecule`` value: comma-separated names and/or aliases (:data:`ALIASES`)."""
+    train, held = organic_split()
+    table = {"g2-organic": list(G2_ORGANIC), "g2-train": train, "g2-holdout": held,
+             "md17-holdout": list(MD17_HOLDOUT)}
+    names = []
+    for part in (p.strip() for p in spec.split(",") if p.strip()):
+        names += table.get(part, [part])
+    for name in names:
+        _check_name(name)
+    return list(dict.fromkeys(names))
+
+
+def _check_name(name: str) -> None:
+    if name not in MD17 and name not in G2_ORGANIC:
+        raise ValueError(f"unknown molecule {name!r}; built-in: {', '.join(MD17)}, the G2 names of "
+                         f"{', '.join(G2_ORGANIC[:6])}, ... (G2_ORGANIC), aliases {', '.join(ALIASES)} "
+                         "(or pass --xyz FILE)")
+
+
+def molecule_seed(seed: int, name: str) -> int:
+    """Per-molecule conformer seed for multi-molecule datasets (different molecules, independent displacements)."""
+    import zlib
+
+    return int(np.random.SeedSequence([seed, zlib.crc32(name.encode())]).generate_state(1)[0])
+
+
 def builtin_molecule(name: str) -> tuple[np.ndarray, np.ndarray]:
-    """Atomic numbers (n,) and positions (n, 3) Å of a built-in molecule."""
-    if name not in MD17:
-        raise ValueError(f"unknown molecule {name!r}; built-in: {', '.join(MD17)} (or pass --xyz FILE)")
-    atoms = MD17[name]
-    return (np.array([_SYMBOLS[a[0]] for a in atoms], dtype=np.int64),
-            np.array([a[1:] for a in atoms], dtype=np.float64))
+    """Atomic numbers (n,) and positions (n, 3) Å of a built-in molecule (MD17 set or G2 organic)."""
+    _check_name(name)
+    if name in MD17:
+        atoms = MD17[name]
+        return (np.array([_SYMBOLS[a[0]] for a in atoms], dtype=np.int64),
+                np.array([a[1:] for a in atoms], dtype=np.float64))
+    from ase.collections import g2
+
+    atoms = g2[name]
+    return atoms.numbers.astype(np.int64), atoms.positions.astype(np.float64)
 
 
 def displaced_conformers(positions: np.ndarray, n: int, sigma: float, seed: int, start: int = 0,

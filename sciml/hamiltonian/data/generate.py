@@ -36,6 +36,7 @@ class SCFSettings:
     grid_level: int = 3
     threads: int = 1
     max_cycle: int = 100
+    h0: str = "full"  # how H0 is built: "full" or "fast" (sciml.hamiltonian.data.h0)
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,9 @@ def run_molecule_scf(numbers, positions, settings: SCFSettings) -> dict:
     start = time.perf_counter()
     mf.kernel()
     seconds = time.perf_counter() - start
-    mats = {"H": mf.get_fock(), "H0": mf.get_fock(dm=mf.get_init_guess(key="minao")), "S": mf.get_ovlp()}
+    from sciml.hamiltonian.data.h0 import zeroth_step_matrices
+
+    mats = {"H": mf.get_fock(), **zeroth_step_matrices(mol, settings.xc, settings.grid_level, settings.h0)}
     return {"mats": mats, "ao_labels": mol.ao_labels(), "energy": float(mf.e_tot), "n_occupied": mol.nelectron // 2,
             "scf_seconds": seconds, "converged": bool(mf.converged)}
 
@@ -105,7 +108,7 @@ def run_job(job: MoleculeJob, settings: SCFSettings, out: str, formats: tuple[st
     if not res["converged"]:
         raise RuntimeError(f"{job.name} conformer {job.index}: SCF did not converge in {settings.max_cycle} cycles")
     meta = {"energy": res["energy"], "n_occupied": res["n_occupied"], "scf_seconds": res["scf_seconds"],
-            "basis": settings.basis, "xc": settings.xc, "index": job.index, "name": job.name}
+            "basis": settings.basis, "xc": settings.xc, "index": job.index, "name": job.name, "h0": settings.h0}
     if "deeph" in formats:
         from sciml.hamiltonian.data.deeph import write_deeph
         from sciml.hamiltonian.orbitals import OrbitalLayout
@@ -124,6 +127,8 @@ def check_settings(out: Path, name: str, settings) -> None:
     path = Path(out) / f"{name}.settings.json"
     mine = json.loads(json.dumps(asdict(settings)))
     mine.pop("threads", None)
+    if mine.get("h0") == "full":  # the default: folders made before the option existed resume
+        mine.pop("h0")
     if path.is_file():
         theirs = json.loads(path.read_text())
         if theirs != mine:

@@ -16,7 +16,8 @@ from sciml.core.io.atomic import atomic_open
 from sciml.hamiltonian.orbitals import OrbitalLayout
 from sciml.hamiltonian.structure import HamiltonianStructure
 
-__all__ = ["ARRAYS", "default_ao_labels", "merge_npz", "read_npz", "write_arrays", "write_npz"]
+__all__ = ["ARRAYS", "default_ao_labels", "merge_layouts", "merge_npz", "read_npz", "read_npz_folder", "write_arrays",
+           "write_npz"]
 
 #: block name -> npz array
 ARRAYS = {"H": "hamiltonian", "H0": "hamiltonian_0", "S": "overlap"}
@@ -71,6 +72,42 @@ def read_npz(path: str | Path, names=("H", "H0", "S")) -> tuple[list[Hamiltonian
     return structures, layout
 
 
+def merge_layouts(layouts: list[OrbitalLayout], sources: list) -> OrbitalLayout:
+    """One layout covering every element; an element with different shells in two files is a ValueError."""
+    shells: dict[int, tuple[int, ...]] = {}
+    where: dict[int, str] = {}
+    for layout, source in zip(layouts, sources, strict=True):
+        for z, ls in layout.shells.items():
+            if z in shells and shells[z] != ls:
+                raise ValueError(f"{source}: element Z={z} has shells {ls}, {where[z]} has {shells[z]}; every file "
+                                 "of a folder must use one basis")
+            shells.setdefault(z, ls)
+            where.setdefault(z, str(source))
+    return OrbitalLayout(shells)
+
+
+def read_npz_folder(folder: str | Path, names=("H", "H0", "S")) -> tuple[list[HamiltonianStructure], OrbitalLayout]:
+    """Read every ``*.npz`` of ``folder`` (one molecule per file, e.g. ``sciml data hamiltonian --molecule
+    g2-train``); ``meta["molecule"]`` is the file stem. All files must share basis, functional and H0 method.
+    """
+    paths = sorted(Path(folder).glob("*.npz"))
+    if not paths:
+        raise FileNotFoundError(f"{folder} holds no .npz files; {_FIX} --molecule NAMES --out {folder}")
+    structures, layouts = [], []
+    for path in paths:
+        part, layout = read_npz(path, names)
+        for s in part:
+            s.meta["molecule"] = path.stem
+        structures += part
+        layouts.append(layout)
+    for key in ("basis", "xc", "h0"):
+        seen = {str(s.meta.get(key)) for s in structures}
+        if len(seen) > 1:
+            raise ValueError(f"{folder}: files differ in {key} ({', '.join(sorted(seen))}); keep one level of theory "
+                             "per folder")
+    return structures, merge_layouts(layouts, paths)
+
+
 def _meta(data: dict, c: int, path: Path) -> dict:
     meta = {"source": str(path), "index": c}
     if "n_occupied" in data:
@@ -81,6 +118,7 @@ def _meta(data: dict, c: int, path: Path) -> dict:
     for key in ("basis", "xc"):
         if key in data:
             meta[key] = str(data[key])
+    meta["h0"] = str(data["h0_method"]) if "h0_method" in data else "full"  # files before the option: full
     return meta
 
 
@@ -125,6 +163,8 @@ def write_arrays(path: str | Path, numbers, positions: np.ndarray, mats: dict[st
     for key in ("basis", "xc"):
         if key in meta:
             arrays[key] = np.asarray(str(meta[key]))
+    if meta.get("h0", "full") != "full":
+        arrays["h0_method"] = np.asarray(str(meta["h0"]))
     arrays["units"] = np.asarray(_UNITS)
     path = Path(path)
     with atomic_open(path, "wb") as handle:
