@@ -33,8 +33,11 @@ def model_card(name: str, cfg: dict, data: dict, metrics: dict, alpha: float, ch
                    f"{check['additive_mse']:.4g} for the additive baseline" if check["n_val"] else "val is empty")
         if flow.get("additive_fallback"):
             summary += (f"\n\n**This model does not beat the additive baseline on val** ({verdict}): it predicts "
-                        "with the additive prior (`flow.additive_fallback: true`; the generated mean effect is the sum "
-                        "of the measured single effects, the network only shapes the cells around it).")
+                        "with the additive prior (`flow.additive_fallback: true`). The generated mean of a condition "
+                        "is exactly the additive baseline's: mean of the given control cells + the sum of the "
+                        "measured single effects (a single not measured in training: the mean training effect), "
+                        "clipped at 0; the network only shapes the cells, which are moved to the nearest "
+                        "non-negative population with exactly that mean.")
         else:
             summary += f"\n\nBetter than the additive baseline on val: {verdict}."
     sources = [f"- source: `{cfg['data']['path']}` (sha256 `{data['data_sha256'][:16]}…`)",
@@ -76,7 +79,7 @@ def export(ckpt: str | Path, state: dict, output: str | Path, cfg: dict, calibra
     module.eval()
     dm = datamodule(cfg, None)
     check = versus_additive(module, dm, n_cells, seed)
-    apply_fallback(module, check)
+    apply_fallback(module, check, dm)
     hparams = dict(module.hparams)
     test_cells = split_predictions(module, dm, "test", n_cells, seed)
     table = evaluate(test_cells, dm, "test", seed)

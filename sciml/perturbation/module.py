@@ -20,7 +20,7 @@ from torch import Tensor
 
 from sciml.core.types import Prediction
 from sciml.perturbation.distances import RBF_SCALES, mmd2
-from sciml.perturbation.nn import PATHS, PADTransformer, integrate
+from sciml.perturbation.nn import PATHS, PADTransformer, integrate, project_mean
 from sciml.perturbation.nn.combination import CombinationRule
 
 FLOW_DEFAULTS = {"path": "control", "sigma": 0.1, "ot": True, "mmd_weight": 2.0, "mmd_scales": list(RBF_SCALES),
@@ -78,10 +78,12 @@ class PerturbationFlow(L.LightningModule):
         sum (the rule corrects only the other genes); ``flow.nonnegative`` projects generated cells onto
         ``x ≥ 0`` after the last ODE step (log1p values below zero become 0, i.e. zero counts; this can only raise
         a gene's mean, by ``E[max(−x, 0)]`` of the unprojected sample); ``flow.additive_fallback`` (set at export
-        when the model does not beat additive on val, :func:`sciml.perturbation.select.apply_fallback`) fixes the
-        generated mean effect of every condition to the additive prior (a single never measured in training:
-        the mean of the training singles' effects, as the additive baseline) and the network only shapes the
-        cells around it.
+        when the model does not beat additive on val, :func:`sciml.perturbation.select.apply_fallback`) makes the
+        generated mean of every condition exactly the additive baseline's: control mean + the sum of the measured
+        singles' effects (a single never measured in training: buffer ``unknown_effect`` ``(G,)``, set by
+        ``apply_fallback`` to the additive baseline's stand-in, the mean training effect), clipped at 0 under
+        ``nonnegative``; the network only shapes the cells, which :meth:`sample` moves to the nearest
+        non-negative population with exactly that mean (:func:`~sciml.perturbation.nn.project_mean`).
 
     """
 
@@ -94,6 +96,8 @@ class PerturbationFlow(L.LightningModule):
         n_measured = n_measured or len(genes)
         self.register_buffer("single_effect", torch.zeros(len(genes), n_measured))
         self.register_buffer("has_effect", torch.zeros(len(genes), dtype=torch.bool))
+        self.register_buffer("unknown_effect", torch.zeros(n_measured))  # additive fallback's stand-in single
+        self.register_load_state_dict_pre_hook(_default_unknown_effect)
         self.flow = FLOW_DEFAULTS | (flow or {})
         self.optim = OPTIM_DEFAULTS | (optim or {})
         if self.flow["prior"] not in PRIORS:
@@ -116,6 +120,11 @@ class PerturbationFlow(L.LightningModule):
         for i, delta in effects.items():
             self.single_effect[i] = torch.as_tensor(delta, dtype=self.single_effect.dtype)
             self.has_effect[i] = True
+        self.unknown_effect.copy_(_mean_single(self.single_effect, self.has_effect))
+
+    def set_unknown_effect(self, delta: Tensor) -> None:
+        """Stand-in effect ``(G,)`` of a single never measured in training (used under ``additive_fallback``)."""
+        self.unknown_effect.copy_(torch.as_tensor(delta, dtype=self.unknown_effect.dtype))
 
     def fit_combination(self, doubles: list[tuple[int, int, Tensor]], ctrl_mean: Tensor, seed: int = 0) -> float | None:
         """Fit the frozen combination rule on training doubles ``(index a, index b, Δ_ab (G,))``; ``ctrl_mean`` (G,).
@@ -176,15 +185,13 @@ class PerturbationFlow(L.LightningModule):
         """Mean effect ``(C, G)`` the prior assigns to ``pert`` ``(C, P)``.
 
         No dropout; it is the generated mean under ``remainder_mean: 0``: the sum of the known singles' effects or
-        the shrunk rule for doubles; under ``additive_fallback`` an unknown single counts as the mean training
-        single effect.
+        the shrunk rule for doubles; under ``additive_fallback`` an unknown single counts as ``unknown_effect``.
         """
         valid = pert >= 0
         known = valid & self.has_effect[pert.clamp_min(0)]
         d = self.single_effect[pert.clamp_min(0)] * known[..., None]
-        if self.flow["additive_fallback"] and bool(self.has_effect.any()):
-            mean = self.single_effect[self.has_effect].mean(0)
-            d = d + (valid & ~known)[..., None] * mean
+        if self.flow["additive_fallback"]:
+            d = d + (valid & ~known)[..., None] * self.unknown_effect
         if genes is not None:
             d = d[..., genes]
         return self._prior_mean(d, known, valid, genes, pert)
@@ -283,11 +290,16 @@ class PerturbationFlow(L.LightningModule):
 
     @torch.no_grad()
     def sample(self, x_ctrl: Tensor, pert: Tensor, steps: int | None = None, method: str | None = None,
-               generator: torch.Generator | None = None, x0: Tensor | None = None) -> Tensor:
+               generator: torch.Generator | None = None, x0: Tensor | None = None,
+               ctrl_mean: Tensor | None = None) -> Tensor:
         """One generated cell per control cell: ``x_ctrl`` ``(C, N, G)``, ``pert`` ``(C, P)`` → ``(C, N, G)``.
 
         ``x0``: start of the ODE (default: the path's start drawn with ``generator``). What does not change across
         steps (:meth:`context`) is computed once. With ``flow.nonnegative`` the result is projected onto ``x ≥ 0``.
+        Under ``flow.additive_fallback`` (eval mode) the cells are projected instead onto the nearest population
+        (``x ≥ 0`` under ``nonnegative``) whose mean is exactly ``ctrl_mean + prior_mean(pert)`` (clipped at 0):
+        ``ctrl_mean`` ``(G,)`` or ``(C, G)`` is the mean of the whole control population the cells were drawn from
+        (default: of ``x_ctrl``), so the mean effect equals the additive baseline's.
         """
         x0 = self.path.initial(x_ctrl, generator) if x0 is None else x0
         context = self.context(x_ctrl, pert)
@@ -296,6 +308,9 @@ class PerturbationFlow(L.LightningModule):
             return self.velocity(x, t.expand(x.shape[:2]), x_ctrl, pert, context=context)
 
         x = integrate(field, x0, steps or self.flow["steps"], method or self.flow["method"])
+        if self.flow["additive_fallback"] and not self.training:
+            base = x_ctrl.mean(1) if ctrl_mean is None else ctrl_mean.to(x)
+            return project_mean(x, base + self.prior_mean(pert), bool(self.flow["nonnegative"]))
         return x.clamp_min(0.0) if self.flow["nonnegative"] else x
 
     def _log_all(self, stage: str, batch: dict, out: dict[str, Tensor]) -> None:
@@ -340,3 +355,15 @@ class PerturbationFlow(L.LightningModule):
         steps = max(int(self.trainer.estimated_stepping_batches), 1)
         sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=self.optim["lr"], total_steps=steps, pct_start=0.05)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+def _mean_single(single_effect: Tensor, has_effect: Tensor) -> Tensor:
+    """Mean ``(G,)`` of the measured single effects (zeros when none)."""
+    return single_effect[has_effect].mean(0) if bool(has_effect.any()) else torch.zeros_like(single_effect[0])
+
+
+def _default_unknown_effect(module, state_dict, prefix, *args) -> None:
+    """Load hook: a state saved before ``unknown_effect`` existed gets the stand-in it used, the mean single effect."""
+    key = prefix + "unknown_effect"
+    if key not in state_dict and prefix + "single_effect" in state_dict and prefix + "has_effect" in state_dict:
+        state_dict[key] = _mean_single(state_dict[prefix + "single_effect"], state_dict[prefix + "has_effect"])

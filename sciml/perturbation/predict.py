@@ -40,11 +40,14 @@ def generate(module: PerturbationFlow, ctrl: np.ndarray, rows: list[list[int]], 
     """Generated cells ``(C, n_cells, G)`` float32 for ``rows`` (``pert_genes`` rows) from control cells ``(n, G)``.
 
     Conditions are integrated in groups of at most :data:`MAX_CELLS_PER_CALL` cells; each condition's noise and
-    control draws come from ``(seed, its position)``, so results do not depend on the other conditions. With
+    control draws come from ``(seed, its position)``, so results do not depend on the other conditions. A model
+    under ``flow.additive_fallback`` generates cells whose mean is exactly ``mean(ctrl) + additive effect`` (clipped
+    at 0), the additive baseline's prediction (:meth:`PerturbationFlow.sample`). With
     ``progress`` a bar on stderr counts conditions (drawn on a terminal only).
     """
     module.eval()
     out = np.empty((len(rows), n_cells, ctrl.shape[1]), np.float32)
+    ctrl_mean = torch.as_tensor(ctrl.mean(0), dtype=torch.float32, device=module.device)  # additive fallback's base
     per_call = max(1, MAX_CELLS_PER_CALL // n_cells)
     bar = tqdm(total=len(rows), desc="generate", unit="condition", file=sys.stderr,
                disable=None if progress else True)
@@ -55,7 +58,7 @@ def generate(module: PerturbationFlow, ctrl: np.ndarray, rows: list[list[int]], 
         x0 = torch.cat([module.path.initial(x_ctrl[j:j + 1], torch.Generator().manual_seed(seed * 1_000_003 + i))
                         for j, i in enumerate(idx)])
         cells = module.sample(x_ctrl, torch.as_tensor([rows[i] for i in idx], dtype=torch.long, device=module.device),
-                              steps, method, x0=x0)
+                              steps, method, x0=x0, ctrl_mean=ctrl_mean)
         out[start:start + len(idx)] = cells.cpu().numpy()
         bar.update(len(idx))
     bar.close()

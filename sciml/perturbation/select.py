@@ -7,7 +7,9 @@ r"""Choices made on held-out conditions that are not test: the rule's shrinkage 
   the smaller ``λ``. Test conditions are never read.
 * :func:`versus_additive` / :func:`apply_fallback` (at export, and in the benchmark the same way): the flow model's
   generated mean against the additive baseline on the **val** conditions; when the model is not better (or val is
-  empty), the model is switched to ``flow.additive_fallback`` (its generated mean is the additive prior) and says so.
+  empty), the model is switched to ``flow.additive_fallback`` and says so: its generated mean is then exactly the
+  additive baseline's prediction (control mean + sum of the measured singles' effects, clipped at 0), the network only
+  shaping the cells around it.
 """
 
 from __future__ import annotations
@@ -101,11 +103,19 @@ def versus_additive(module, dm, n_cells: int = 128, seed: int = 0, steps: int | 
     return out | {"beats_additive": out["flow_mse"] < out["additive_mse"]}
 
 
-def apply_fallback(module, check: dict) -> bool:
+def apply_fallback(module, check: dict, dm=None) -> bool:
     """Switch ``module`` to ``flow.additive_fallback`` unless ``check`` (:func:`versus_additive`) beats additive.
 
-    The setting is saved in the config of its checkpoint or artifact. Returns whether the fallback is on.
+    The setting is saved in the config of its checkpoint or artifact. With the data module ``dm`` the stand-in
+    effect of a single never measured in training (``module.unknown_effect``) becomes the additive baseline's
+    (:class:`~sciml.perturbation.baselines.simple.Additive`: the mean effect of the training conditions), so a
+    fallen-back model's generated mean is that baseline's prediction on every condition of a one-cell-type screen.
+    Returns whether the fallback is on.
     """
     fallback = not check["beats_additive"]
     module.set_flow(additive_fallback=fallback)
+    if fallback and dm is not None:
+        from sciml.perturbation.baselines.simple import Additive
+
+        module.set_unknown_effect(torch.as_tensor(Additive().fit(dm).mean_delta))
     return fallback

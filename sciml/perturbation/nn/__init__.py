@@ -5,6 +5,8 @@ from sciml.perturbation.nn.backbone import PADBlock, PADTransformer
 from sciml.perturbation.nn.flow import PATHS, ControlPath, FlowPath, NoisePath
 from sciml.perturbation.nn.graph import adjacency_from_edges, propagate
 from sciml.perturbation.nn.ode import integrate
+from sciml.perturbation.nn.projection import project_mean
 
 __all__ = ["PATHS", "ControlPath", "DifferentialAttention", "FlowPath", "NoisePath", "PADBlock", "PADTransformer",
-           "adjacency_from_edges", "integrate", "lambda_init", "propagate"]
+           "adjacency_from_edges", "integrate", "lambda_init",
+           "project_mean", "propagate"]
