@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import math
 import sys
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -237,54 +240,102 @@ def write_prediction(folder: Path, structure: HamiltonianStructure, result: dict
     return row
 
 
+#: most directed atom pairs ``Σ n_atoms²`` in one network call: the ridge's features grow with them (~0.25 MB per
+#: pair in float64: 4096 pairs ≈ 1 GB), so a chunk of large molecules closes before ``batch_size`` is reached
+MAX_PAIRS = 4096
+
+
+@contextmanager
+def _timed(timings: dict | None, stage: str):
+    """Add the wall seconds of the block to ``timings[stage]`` (nothing when ``timings`` is None)."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        if timings is not None:
+            timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - start
+
+
 def predict_files(paths, predictor: HamiltonianPredictor, output: str | Path, alpha: float = 0.1,
                   references=None, plot: bool = False, progress: bool = True, beta: float | None = None,
-                  shift_aware: bool = False, min_ess: float = 50.0, batch_size: int = 16):
+                  shift_aware: bool = False, min_ess: float = 50.0, batch_size: int = 16,
+                  max_pairs: int = MAX_PAIRS, timings: dict | None = None):
     """Yield one summary row per ``.xyz`` file after writing its folder ``<output>/<stem>/``.
 
-    Inputs go through in chunks of ``batch_size``: pyscf builds S and H0 of each (one ``Mole`` per input), then
-    one network call predicts the chunk, then the folders are written. ``shift_aware`` compares the whole batch
-    with the calibration data, so it holds every input's matrices at once (one chunk). A progress bar on stderr
-    (terminals only) counts molecules and names the stage (pyscf H0/S, network, write).
+    Inputs stream through in chunks: pyscf builds S and H0 of each input (one ``Mole`` per input), and when the
+    chunk holds ``batch_size`` molecules, or the next one would take it past ``max_pairs`` directed atom pairs
+    (``Σ n_atoms²``, bounded memory for large molecules; a larger single molecule goes alone), one network call
+    predicts it and its folders are written. ``shift_aware`` compares the whole batch with the calibration
+    data, so it holds every input's matrices at once (one chunk). A progress bar on stderr (terminals only)
+    counts molecules and names the stage (pyscf H0/S, network, write).
+
+    ``timings``: a dict to which the wall seconds of each stage are added: ``read`` (``.xyz`` and reference
+    files), ``h0_overlap`` (pyscf S and H0), ``network`` (:func:`predict_structures`: graphs, model, orbital
+    energies, intervals), ``write`` (output folders, plots); ``network_calls`` counts the calls.
     """
     from tqdm.auto import tqdm
 
     if batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {batch_size}")
     output, paths = Path(output), list(paths)
-    size = len(paths) if shift_aware else batch_size
+    size, pairs = (len(paths), math.inf) if shift_aware else (batch_size, max_pairs)
     bar = tqdm(total=len(paths), desc="molecules", unit="structure", file=sys.stderr,
                disable=None if progress else True)
+    flush = partial(_predict_chunk, paths=paths, predictor=predictor, output=output, alpha=alpha, beta=beta,
+                    shift_aware=shift_aware, min_ess=min_ess, plot=plot, bar=bar, timings=timings)
+    pending: list[tuple[int, tuple]] = []  # (input index, (structure, S, reference)) waiting for the network
     try:
-        for start in range(0, len(paths), size):
-            chunk = list(range(start, min(start + size, len(paths))))
-            items = [_prepare(paths[k], predictor, references[k] if references else None, bar) for k in chunk]
-            bar.set_postfix_str(f"network ({len(items)} molecule(s))")
-            results = predict_structures([it[0] for it in items], predictor, alpha, beta, shift_aware, min_ess)
-            for k, (structure, s_pyscf, reference), result in zip(chunk, items, results, strict=True):
-                bar.set_postfix_str(f"{Path(paths[k]).name}: write")
-                row = write_prediction(output / Path(paths[k]).stem, structure, result, s_pyscf, predictor, reference)
-                if plot:
-                    from sciml.hamiltonian.plot import plot_levels
-
-                    row["plot"] = str(plot_levels(row, output / Path(paths[k]).stem / "levels.png"))
-                bar.update()
-                yield row
+        for k, path in enumerate(paths):
+            item = _prepare(path, predictor, references[k] if references else None, bar, timings)
+            held = sum(len(it[0].numbers) ** 2 for _, it in pending)
+            if pending and held + len(item[0].numbers) ** 2 > pairs:
+                yield from flush(pending)
+                pending = []
+            pending.append((k, item))
+            if len(pending) >= size:
+                yield from flush(pending)
+                pending = []
+        if pending:
+            yield from flush(pending)
     finally:
         bar.close()
 
 
-def _prepare(path, predictor: HamiltonianPredictor, reference_path, bar):
+def _predict_chunk(pending, paths, predictor, output: Path, alpha, beta, shift_aware, min_ess, plot, bar, timings):
+    """One network call for the prepared inputs ``[(index, (structure, S, reference))]``; write and yield rows."""
+    bar.set_postfix_str(f"network ({len(pending)} molecule(s))")
+    with _timed(timings, "network"):
+        results = predict_structures([it[0] for _, it in pending], predictor, alpha, beta, shift_aware, min_ess)
+    if timings is not None:
+        timings["network_calls"] = timings.get("network_calls", 0) + 1
+    for (k, (structure, s_pyscf, reference)), result in zip(pending, results, strict=True):
+        folder = output / Path(paths[k]).stem
+        bar.set_postfix_str(f"{Path(paths[k]).name}: write")
+        with _timed(timings, "write"):
+            row = write_prediction(folder, structure, result, s_pyscf, predictor, reference)
+            if plot:
+                from sciml.hamiltonian.plot import plot_levels
+
+                row["plot"] = str(plot_levels(row, folder / "levels.png"))
+        bar.update()
+        yield row
+
+
+def _prepare(path, predictor: HamiltonianPredictor, reference_path, bar, timings: dict | None = None):
     """Read one ``.xyz``, build its S and H0 with pyscf; ``(structure, S (pyscf order), reference H or None)``."""
     bar.set_postfix_str(f"{Path(path).name}: pyscf H0, S")
-    numbers, positions = read_xyz(path)
-    check_elements(numbers, predictor.layout, str(path))
-    mats = zeroth_step(numbers, positions, predictor.basis, predictor.xc, predictor.layout, str(path),
-                       h0=predictor.h0)
-    structure = structure_from_matrices(numbers, positions, mats, predictor.layout, mats["n_occupied"], str(path))
+    with _timed(timings, "read"):
+        numbers, positions = read_xyz(path)
+        check_elements(numbers, predictor.layout, str(path))
+    with _timed(timings, "h0_overlap"):
+        mats = zeroth_step(numbers, positions, predictor.basis, predictor.xc, predictor.layout, str(path),
+                           h0=predictor.h0)
+        structure = structure_from_matrices(numbers, positions, mats, predictor.layout, mats["n_occupied"],
+                                            str(path))
     reference = None
     if reference_path is not None:
-        reference = np.load(reference_path, allow_pickle=False)
+        with _timed(timings, "read"):
+            reference = np.load(reference_path, allow_pickle=False)
         if reference.shape != mats["S"].shape:
             raise ValueError(f"{reference_path}: reference H has shape {reference.shape}, the molecule in "
                              f"{path} needs {mats['S'].shape} (pyscf AO order, {predictor.basis})")

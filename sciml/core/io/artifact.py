@@ -194,7 +194,9 @@ def load_artifact(path: str | Path, task: str | None = None) -> Artifact:
                             "restore or re-export the model")
     try:
         state_dict = load_file(str(weights))
-        config = yaml.safe_load((path / "config.yaml").read_text())
+        # libyaml's parser when present (same SafeConstructor, same result): a Hamiltonian config carries its
+        # normalisation statistics, ~260 kB, 0.7 s with the pure-Python parser, 0.08 s with libyaml
+        config = yaml.load((path / "config.yaml").read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except (SafetensorError, OSError, yaml.YAMLError, UnicodeDecodeError) as err:
         raise ArtifactError(f"{path}: cannot read weights/config ({str(err).splitlines()[0]})") from None
     if not isinstance(config, dict):

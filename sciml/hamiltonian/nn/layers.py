@@ -15,7 +15,6 @@ import torch
 from e3nn import o3
 from e3nn.nn import Gate
 from torch import nn
-from torch_geometric.utils import softmax
 
 
 def gate_irreps(irreps: o3.Irreps) -> tuple[o3.Irreps, o3.Irreps, o3.Irreps]:
@@ -93,5 +92,7 @@ class Attention(nn.Module):
         dst, src = edge_index
         logits = self.mlp(torch.cat([s[dst], s[src], invariants], dim=-1))
         if self.softmax:
+            from torch_geometric.utils import softmax  # here: importing torch_geometric costs ~1 s at start-up
+
             return softmax(logits, dst, num_nodes=s.shape[0], dim=0)
         return torch.sigmoid(logits)
