@@ -74,14 +74,17 @@ def summarise(res: dict[str, np.ndarray]) -> dict[str, float]:
 
 
 def calibrate(module: HamiltonianModule, dm, alpha: float = 0.1, score: str = "normalized",
-              domain: dict | None = None) -> tuple[MondrianConformal, dict[str, float], HamiltonianDomain]:
+              domain: dict | None = None, extra: list | None = None
+              ) -> tuple[MondrianConformal, dict[str, float], HamiltonianDomain]:
     """Domain test and per-orbital conformal intervals of a molecule model (:mod:`sciml.hamiltonian.domain`).
 
     The calibrator is Mondrian by orbital (HOMO −1, LUMO 0, ...) on the normalised score ``|ε − ε̂|/σ(x)`` of
-    the calib split, ``σ(x) = s(x)^γ`` from the domain test's k-NN distance (``score="absolute"``: ``γ = 0``, one
-    width per orbital). ``domain``: keyword arguments of :func:`~sciml.hamiltonian.domain.fit_domain`. Metrics:
-    the test split's errors (:func:`summarise`), the coverage and mean width of its intervals, its domain flag
-    rate at ``β``, and the coverage of its unflagged structures.
+    the calib split, ``σ(x) = 1 + (s(x)/s̃)^γ`` from the domain test's k-NN distance (``score="absolute"``:
+    ``γ = 0``, one width per orbital). ``domain``: keyword arguments of
+    :func:`~sciml.hamiltonian.domain.fit_domain`; ``extra``: featurised structures widening the declared domain
+    (:func:`read_extra`; a held-out part of them joins the calib split). Metrics: the test split's errors
+    (:func:`summarise`), the coverage and mean width of its intervals, its domain flag rate at ``β``, and the
+    coverage of its unflagged structures.
     """
     if score not in ("normalized", "absolute"):
         raise ValueError(f"calibration.score {score!r}: molecule models calibrate 'normalized' (widths scale with "
@@ -89,7 +92,7 @@ def calibrate(module: HamiltonianModule, dm, alpha: float = 0.1, score: str = "n
     settings = dict(domain or {})
     if score == "absolute":
         settings["sigma_power"] = 0.0
-    dom = fit_domain(module, dm, **settings)
+    dom = fit_domain(module, dm, extra=extra, **settings)
     cal = MondrianConformal(score="normalized", alpha=alpha).fit(dom.shift_scores, dom.shift_groups)
     test = dm.collate_fn(dm.datasets["test"])
     emb, eps, y = structure_errors(module, test)
@@ -103,8 +106,52 @@ def calibrate(module: HamiltonianModule, dm, alpha: float = 0.1, score: str = "n
                "sigma_power": dom.sigma_power, "domain_beta": dom.beta,
                "test_flag_rate": float(flagged.double().mean()),
                "test_in_domain_coverage": float(covered[~flagged[rows]].mean()) if (~flagged).any() else float("nan"),
-               "n_domain_reference": int(dom.score.reference.shape[0]), "n_domain_calib": dom.score.n_calib}
+               "n_domain_reference": int(dom.score.reference.shape[0]), "n_domain_calib": dom.score.n_calib,
+               "n_interval_calib_structures": len(dom.shift_emb)}
+    if extra:
+        n_x = len(dom.shift_emb) - len(dm.datasets["calib"])
+        metrics |= {"n_extra_calib": n_x, "n_extra_reference": len(extra) - n_x}
     return cal, metrics | summarise(evaluate(module, dm.test_dataloader())), dom
+
+
+def read_extra(dm, paths) -> tuple[list[dict], list[dict]]:
+    """Featurised structures of the npz files ``paths`` for :func:`calibrate`'s ``extra``, checked against ``dm``.
+
+    Every file must hold the training data's elements, orbital layout, basis, functional and H0 method, and no
+    conformer of the training data set itself (same positions to 1e-6 Å): extra calibration structures must be
+    new to the model, or their errors are not honest. Returns the samples and one record per file (name, sha256,
+    number of structures).
+    """
+    from sciml.core.io.checksum import sha256_file
+    from sciml.hamiltonian.data.npz import read_npz
+
+    seen = {_position_key(x["pos"]) for split in dm.datasets.values() for x in split}
+    samples, records = [], []
+    for path in map(Path, paths):
+        structures, layout = read_npz(path)
+        for key in ("basis", "xc", "h0"):
+            theirs = {str(st.meta.get(key, "full" if key == "h0" else None)) for st in structures}
+            if theirs != {str(dm.meta.get(key))}:
+                raise ValueError(f"{path}: {key} {', '.join(sorted(theirs))} but the model was trained on "
+                                 f"{dm.meta.get(key)}; generate the extra calibration data at the training level")
+        for z in layout.elements():
+            if z not in dm.layout.elements() or layout.irreps(z) != dm.layout.irreps(z):
+                raise ValueError(f"{path}: element {z} (orbitals {layout.irreps(z)}) is outside the trained orbital "
+                                 f"basis {dm.layout.to_dict()}; extra calibration data must be of the trained kind")
+        part = [dm.sample(st) for st in structures]
+        dup = sum(_position_key(x["pos"]) in seen for x in part)
+        if dup:
+            raise ValueError(f"{path}: {dup} conformer(s) are in the training data set {dm.path}; extra calibration "
+                             "data must be new conformers (generate them with another --seed)")
+        samples += part
+        records.append({"file": path.name, "sha256": sha256_file(path), "n": len(part)})
+    if not samples:
+        raise ValueError(f"no structures in {', '.join(map(str, paths))}")
+    return samples, records
+
+
+def _position_key(pos: torch.Tensor) -> bytes:
+    return np.round(pos.double().numpy() * 1e6).astype(np.int64).tobytes()
 
 
 def crystal_scores(predictor, structures) -> tuple[dict[str, float], torch.Tensor, torch.Tensor]:
@@ -176,26 +223,37 @@ def model_card(name: str, cfg: dict, metrics: dict, sizes: dict) -> str:
         f"- occupied orbital energy MAE {m['occupied_energy_mae_mev']:.3g} meV, HOMO–LUMO gap MAE "
         f"{m['gap_mae_mev']:.3g} meV, occupied-orbital cosine {m['occupied_cosine_percent']:.3f} %",
         f"- {100 * (1 - m['alpha']):.0f}% conformal intervals on orbital energies: coverage {m['test_coverage']:.3f}, "
-        f"mean width {m['test_width_mev']:.3g} meV" + (f" ({m['calibration']}, σ(x) = s(x)^{m['sigma_power']:g})"
-                                                      if "calibration" in m else ""),
+        f"mean width {m['test_width_mev']:.3g} meV"
+        + (f" ({m['calibration']}, σ(x) = 1 + (s(x)/s̃)^{m['sigma_power']:g})" if "calibration" in m else ""),
         *_domain_lines(m), "", "## Intended use and limits",
         f"- Molecules made of the trained elements {', '.join(_symbols(cfg['module']['layout']))}, same basis "
-        "set; geometries close to the training conformers (random displacements, "
-        "σ = 0.05 Å, of one near-equilibrium geometry): no guarantee for other molecules or distorted geometries.",
+        "set; " + (f"declared domain: {m['declared_domain']}" if m.get("declared_domain") else
+                   "geometries close to the training conformers (random displacements, σ = 0.05 Å, of one "
+                   "near-equilibrium geometry)") + ": no guarantee for other molecules or geometries outside it.",
         "- Prediction needs pyscf (quantum extra) for S and H0 of new geometries.",
-        "- Intervals are split-conformal per orbital for structures exchangeable with the calibration split; a "
+        "- Intervals are split-conformal per orbital for structures exchangeable with the calibration set; a "
         "structure flagged out of domain (`in_domain: false`) carries no guarantee.", ""])
 
 
 def _domain_lines(m: dict) -> list[str]:
     if "domain_beta" not in m:
         return []
+    if "n_extra_calib" in m:
+        x_ref, x_cal = m["n_extra_reference"], m["n_extra_calib"]
+        sources = (f"reference coreset of {m['n_domain_reference']} structures ({m['n_domain_reference'] - x_ref} "
+                   f"train + {x_ref} extra), calibrated on {m['n_domain_calib']} held-out structures "
+                   f"({m['n_domain_calib'] - x_cal} train + calib, {x_cal} extra; the intervals on "
+                   f"{m['n_interval_calib_structures']}: calib + extra)")
+        exch = ("an input drawn like the calibration structures, a mixture of training-like and extra ones, is "
+                "flagged with probability ≤ β")
+    else:
+        sources = (f"reference coreset of {m['n_domain_reference']} train structures, calibrated on "
+                   f"{m['n_domain_calib']} held-out train + calib structures")
+        exch = "an exchangeable structure is flagged with probability ≤ β"
     return ["", "## Applicability domain (`domain.json`)",
-            f"- k-NN conformal novelty test on whitened invariant H0 features (pooled l = 0 irreps): reference "
-            f"coreset of {m['n_domain_reference']} train structures, calibrated on {m['n_domain_calib']} held-out "
-            f"train + calib structures; flag level β = {m['domain_beta']:g} (an exchangeable structure is flagged "
-            f"with probability ≤ β). Test split: {100 * m['test_flag_rate']:.1f}% flagged, in-domain coverage "
-            f"{m['test_in_domain_coverage']:.3f}."]
+            f"- k-NN conformal novelty test on whitened invariant H0 features (pooled l = 0 irreps): {sources}; flag "
+            f"level β = {m['domain_beta']:g} ({exch}). Test split (training-like): {100 * m['test_flag_rate']:.1f}% "
+            f"flagged, in-domain coverage {m['test_in_domain_coverage']:.3f}."]
 
 
 def crystal_card(name: str, cfg: dict, metrics: dict, sizes: dict) -> str:
@@ -259,13 +317,18 @@ def export(ckpt: str | Path, state: dict, output: str | Path, cfg: dict, calibra
 
 
 def add_domain(path: str | Path, data_path: str | None = None, alpha: float = 0.1, score: str = "normalized",
-               domain: dict | None = None) -> dict:
+               domain: dict | None = None, extra_calib: list[str | Path] | None = None,
+               declared_domain: str | None = None) -> dict:
     """Give an existing molecule artifact a domain test and per-orbital intervals without touching its weights.
 
     The data module is rebuilt from the artifact's recorded ``data`` section (path, split fractions and seed;
     ``data_path`` replaces a path that moved), so the train/calib/test splits are the ones it was exported
-    with. Rewrites ``calibrator.json``, ``domain.json``, the metrics in ``metadata.json`` and the card;
-    ``weights.safetensors`` and ``config.yaml`` are copied unchanged. Returns the new metrics.
+    with. ``extra_calib``: npz files of new labelled structures (e.g. ``sciml data hamiltonian ... --sigma-max
+    0.10 --rotate --seed 7``) that widen the declared domain (:func:`read_extra`; split between reference and
+    calibration by ``domain["extra_holdout"]``, default 0.5); ``declared_domain`` says in words what they cover
+    (required with ``extra_calib``; written to the card). Rewrites ``calibrator.json``, ``domain.json``, the
+    metrics in ``metadata.json`` and the card; ``weights.safetensors`` and ``config.yaml`` are copied unchanged.
+    Returns the new metrics.
     """
     from sciml.core.io.artifact import load_artifact
     from sciml.hamiltonian.task import datamodule
@@ -275,15 +338,25 @@ def add_domain(path: str | Path, data_path: str | None = None, alpha: float = 0.
     dm = datamodule(cfg, None)
     if dm.periodic:
         raise ValueError(f"{path}: a crystal model; domain tests are fitted for molecule models only")
+    if bool(extra_calib) != bool(declared_domain):
+        raise ValueError("extra_calib and declared_domain go together: say in words which inputs the extra "
+                         "calibration structures stand for (it is written to the model card)")
     module = HamiltonianModule(**art.config["module"])
     module.load_state_dict(art.state_dict, strict=True)
-    cal, metrics, dom = calibrate(module, dm, alpha, score, domain)
+    extra, records = read_extra(dm, extra_calib) if extra_calib else (None, [])
+    cal, metrics, dom = calibrate(module, dm, alpha, score, domain, extra)
+    if extra:
+        metrics |= {"declared_domain": declared_domain, "extra_calibration_files": records}
     old = dict(art.metadata.get("metrics") or {})
-    metrics["previous_calibration"] = {k: old[k] for k in ("test_coverage", "test_width_mev") if k in old}
+    metrics["previous_calibration"] = {k: old[k] for k in ("test_coverage", "test_width_mev", "test_flag_rate")
+                                       if k in old}
     card = model_card(Path(path).name, dict(art.config), metrics, dm.split_sizes())
     card += ("\n## Domain test added after training\n- `domain.json` and the per-orbital calibrator were fitted "
              "with `sciml.hamiltonian.export.add_domain` on the splits rebuilt from the recorded data path, fractions "
-             f"and seed ({dm.split_sizes()}, seed {dm.seed}); the weights are unchanged (same sha256).\n")
+             f"and seed ({dm.split_sizes()}, seed {dm.seed})"
+             + (", plus the extra calibration files " + ", ".join(f"`{r['file']}` ({r['n']} structures, sha256 "
+                                                                  f"{r['sha256'][:16]}…)" for r in records)
+                if records else "") + "; the weights are unchanged (same sha256).\n")
     reserved = ("format_version", "versions", "weights_sha256", "extra_files")
     meta = {k: v for k, v in art.metadata.items() if k not in reserved} | {"metrics": metrics}
     save_artifact(art.path, config=art.config, state_dict=art.state_dict, metadata=meta, calibrator=cal.to_dict(),
