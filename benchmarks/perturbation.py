@@ -31,6 +31,7 @@ Usage::
     python benchmarks/perturbation.py [--settings default cooperative noisy] [--seeds 0 1 2] [--threads 1]
         [--no-real] [--no-sim] [--real norman_additive norman_unseen_single mcfaline_cell_line] [--speed]
         [--epochs N] [--work DIR] [--output PATH]
+    python benchmarks/perturbation.py --prior-only --settings cooperative --output prior.json   # no training
 
 A case whose run folder under ``--work`` already holds a ``last.ckpt`` resumes it (a finished training only
 reloads its best checkpoint; ``resumed_checkpoint`` says so and ``train_seconds`` is then not a training time).
@@ -261,6 +262,43 @@ def grn_case(setting: str, seed: int, base: dict, work: Path, n_cells: int, alph
     return out | {"setting": setting, "fraction_interacting": truth["fraction_interacting"]}
 
 
+def prior_diagnosis(setting: str, seed: int, base: dict, work: Path) -> dict:
+    """The prior alone (no network, no training) on one simulator case: what decides the generated mean.
+
+    With ``remainder_mean: 0`` the flow's generated mean is the prior mean plus the control draw and the clip, so the
+    number of epochs does not enter it. Per λ of the shrink grid: the prior's MSE (population control mean + prior,
+    clipped at 0) on val and on test, beside the additive baseline's exact mean, and the λ chosen
+    (:func:`sciml.perturbation.select.choose_shrink`, val + cross-fitted training doubles). The test column is a
+    diagnosis only; nothing is chosen on it.
+    """
+    from sciml.perturbation.baselines.simple import Additive
+    from sciml.perturbation.select import SHRINK_GRID, choose_shrink
+    from sciml.perturbation.task import build
+
+    data_cfg = load_config(ROOT / "configs" / "data" / f"grn_{setting}.yaml")["grn"]
+    path = work / f"grn_{setting}_seed{seed}.h5ad"
+    if not path.exists():
+        write_h5ad(simulate(data_cfg | {"seed": seed}), path)
+    cfg = copy.deepcopy(base) | {"seed": seed}
+    cfg["data"] |= {"path": str(path), "split": cfg["data"]["split"] | {"seed": seed}}
+    dm, model = build(cfg, None)
+    choice = choose_shrink(model, dm, seed=seed)
+    additive = Additive().fit(dm)
+    out = {"setting": setting, "seed": seed, "chosen": choice["shrink"], "criterion": choice["mse"], "n": choice["n"]}
+    for split in ("val", "test"):
+        truth = {k: dm.cells(k).mean(0) for k in dm.conditions[split]}
+        mse = {"additive_mean": float(np.mean([np.mean((np.maximum(additive.predict_mean(k), 0) - t) ** 2)
+                                               for k, t in truth.items()]))}
+        for lam in SHRINK_GRID:
+            model.set_flow(shrink=lam)
+            with torch.no_grad():
+                pred = {k: np.maximum(dm.control_matrix(k).mean(0) + model.prior_mean(
+                    torch.as_tensor([dm.encode(k)]))[0].numpy(), 0) for k in truth}
+            mse[str(lam)] = float(np.mean([np.mean((pred[k] - t) ** 2) for k, t in truth.items()]))
+        out[split] = mse
+    return out
+
+
 def done_when(results: dict) -> dict:
     """Issue 14's bars per simulator case, and the Norman and speed bars."""
     rows = []
@@ -330,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-sim", action="store_true", help="skip the simulator settings")
     p.add_argument("--real", nargs="+", default=list(REAL), choices=list(REAL), help="real-data cases to run")
     p.add_argument("--speed", action="store_true", help="today's vs the fast sampler on the first simulator case")
+    p.add_argument("--prior-only", action="store_true", help="no training: the prior mean per shrink value on val "
+                   "and test for --settings x --seeds (a diagnosis; writes only 'prior_diagnosis')")
     p.add_argument("--merge", nargs="+", default=None, help="merge partial JSON results into --output")
     p.add_argument("--set", nargs="*", default=[], help="config overrides for every case, e.g. --set "
                    "--model.flow.prior_dropout 0 (after --set, as in `sciml fit`)")
@@ -361,6 +401,12 @@ def main(argv: list[str] | None = None) -> int:
         results["done_when"] = done_when(results)
         atomic_write_text(args.output, json.dumps(results, indent=1, default=float))
 
+    if args.prior_only:
+        rows = [prior_diagnosis(s, seed, cfgs["grn"], work) for s in args.settings for seed in args.seeds]
+        print(json.dumps(rows, indent=1, default=float))
+        atomic_write_text(args.output, json.dumps({"prior_diagnosis": rows}, indent=1, default=float))
+        print(f"wrote {args.output}")
+        return 0
     if not args.no_sim:
         for setting in args.settings:
             for seed in args.seeds:
