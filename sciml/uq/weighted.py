@@ -16,6 +16,17 @@ components when ``d`` is large), ``w(x) = (n_cal/n_test) · P(test|x)/P(cal|x)``
 ``[1/clip, clip]``. Probabilities are out-of-fold (``n_folds``-fold cross-fitting), so a classifier that
 memorises its own training points does not fake a shift on exchangeable data.
 
+**Choice of the regularisation (``C="auto"``, the default).** How much the classifier may bend decides how
+peaked the weights get: a weak penalty lets it separate a few calibration points from the batch and puts
+near-all weight on them (ESS collapse), a strong one returns weights near 1 and ignores a real shift. Inside
+each cross-fitting fold the inverse L2 strength is chosen from the fixed grid ``C_GRID = logspace(-3, 2, 11)``
+by 3-fold inner cross-validated log-loss of the classifier on that fold's training rows only, i.e. by the
+ratio model's own held-out likelihood (the standard model selection for a probabilistic classifier; the ratio
+is the classifier's odds, Tibshirani et al. 2019 §2.2, so a better-calibrated classifier is a better ratio
+estimate). Coverage never enters the choice; ties go to the strongest penalty (smallest ``C``). When a fold's
+training rows hold fewer than 2 of either class the inner split is impossible and ``C = 1`` (the former fixed
+default) is used. A number ``C`` skips the search.
+
 **Effective-sample-size guard.** ``ESS = (Σ w_i)²/Σ w_i²`` of the calibration weights is the number of
 equally weighted points the weighted quantile is worth. An estimated ratio is least reliable exactly when a
 few calibration points carry all the weight, so when ``ESS < max(min_ess, (1-α)/α)`` (the second term is the
@@ -49,6 +60,9 @@ __all__ = [
 ]
 
 _TOL = 1e-12  # same level tolerance as weighted_quantile
+C_GRID = tuple(float(c) for c in np.logspace(-3, 2, 11))  # candidate inverse L2 strengths of C="auto"
+_INNER_FOLDS = 3  # inner cross-validation folds of C="auto"
+_C_FALLBACK = 1.0  # C when a fold is too small for the inner split (the fixed default before "auto")
 
 
 @dataclass(frozen=True)
@@ -68,6 +82,9 @@ class WeightedThresholds:
         The floor ``max(min_ess, (1-α)/α)``.
     guarded : bool
         ``True`` when ``ess < ess_floor`` and every threshold was set to ``+inf``.
+    C : tuple of float
+        Inverse L2 strength of the density-ratio classifier in each cross-fitting fold (chosen by held-out
+        log-loss with ``C="auto"``, else the given value repeated).
 
     """
 
@@ -77,6 +94,7 @@ class WeightedThresholds:
     ess: float
     ess_floor: float
     guarded: bool
+    C: tuple = ()
 
     @property
     def infinite(self) -> Tensor:
@@ -195,7 +213,7 @@ def density_ratio(
     test_emb: Tensor,
     *,
     n_components: int | None = 16,
-    C: float = 1.0,
+    C: float | str = "auto",
     n_folds: int = 5,
     clip: float = 1e3,
     seed: int = 0,
@@ -208,14 +226,15 @@ def density_ratio(
         Embeddings, shapes ``(n, d)`` and ``(m, d)``, finite.
     n_components : int or None
         If ``d`` exceeds it, classify on this many principal components of the pooled standardised embeddings.
-    C : float
-        Inverse L2 strength of the logistic regression (scikit-learn convention).
+    C : float or "auto"
+        Inverse L2 strength of the logistic regression (scikit-learn convention), or ``"auto"``: chosen in each
+        cross-fitting fold from :data:`C_GRID` by inner cross-validated log-loss (module docstring).
     n_folds : int
         Cross-fitting folds (each point's probability comes from a model not trained on it); 1 = in-sample.
     clip : float
         Weights are clipped to ``[1/clip, clip]``, ``clip > 1``.
     seed : int
-        Seed of the fold assignment.
+        Seed of the fold assignment (outer and inner).
 
     Returns
     -------
@@ -223,7 +242,13 @@ def density_ratio(
         ``(cal_weights (n,), test_weights (m,))``, float64.
 
     """
-    from sklearn.linear_model import LogisticRegression
+    w_cal, w_test, _ = _fit_ratio(cal_emb, test_emb, n_components, C, n_folds, clip, seed)
+    return w_cal, w_test
+
+
+def _fit_ratio(cal_emb: Tensor, test_emb: Tensor, n_components: int | None, C: float | str, n_folds: int,
+               clip: float, seed: int) -> tuple[Tensor, Tensor, tuple]:
+    """:func:`density_ratio` plus the ``C`` used in each cross-fitting fold."""
     from sklearn.model_selection import StratifiedKFold
 
     cal, test = check_embeddings(cal_emb, "cal_emb"), check_embeddings(test_emb, "test_emb", cal_emb.shape[1])
@@ -233,25 +258,50 @@ def density_ratio(
             f"density_ratio needs n_folds >= 1 and at least max(2, n_folds={n_folds}) calibration and "
             f"test rows, got n_folds={n_folds!r}, {n} and {m} rows: predict a larger batch"
         )
-    if finite_real(clip, "clip") <= 1 or finite_real(C, "C") <= 0:
-        raise ValueError(f"clip must be > 1 and C > 0, got clip={clip!r}, C={C!r}")
+    if C != "auto" and (isinstance(C, str) or finite_real(C, "C") <= 0):
+        raise ValueError(f"C must be a number > 0 or 'auto', got C={C!r}")
+    if finite_real(clip, "clip") <= 1:
+        raise ValueError(f"clip must be > 1, got clip={clip!r}")
     x = torch.cat([cal, test]).cpu()
     x = (x - x.mean(0)) / x.std(0).clamp_min(1e-12)
     if n_components is not None and x.shape[1] > n_components:
         x = x @ torch.linalg.svd(x, full_matrices=False).Vh[:n_components].T
     xs, label = x.numpy(), np.r_[np.zeros(n, dtype=int), np.ones(m, dtype=int)]
-    logit = np.empty(n + m)
+    logit, chosen = np.empty(n + m), []
     folds = (
-        [(slice(None), slice(None))]
+        [(np.arange(n + m), np.arange(n + m))]
         if n_folds == 1
         else StratifiedKFold(n_folds, shuffle=True, random_state=seed).split(xs, label)
     )
     for fit_idx, out_idx in folds:
-        clf = LogisticRegression(C=C, max_iter=1000).fit(xs[fit_idx], label[fit_idx])
-        logit[out_idx] = clf.decision_function(xs[out_idx])  # log P(test|x)/P(cal|x)
+        c = _select_c(xs[fit_idx], label[fit_idx], seed) if C == "auto" else float(C)
+        logit[out_idx] = _logreg(c).fit(xs[fit_idx], label[fit_idx]).decision_function(xs[out_idx])
+        chosen.append(c)  # logit = log P(test|x)/P(cal|x)
     log_w = np.clip(logit + math.log(n / m), -math.log(clip), math.log(clip))
     w = torch.from_numpy(np.exp(log_w))
-    return w[:n], w[n:]
+    return w[:n], w[n:], tuple(chosen)
+
+
+def _logreg(c: float, warm_start: bool = False):
+    from sklearn.linear_model import LogisticRegression
+
+    return LogisticRegression(C=c, max_iter=1000, warm_start=warm_start)
+
+
+def _select_c(xs: np.ndarray, label: np.ndarray, seed: int) -> float:
+    """The ``C`` of :data:`C_GRID` with the smallest inner cross-validated log-loss (ties: smallest ``C``)."""
+    from sklearn.model_selection import StratifiedKFold
+
+    k = min(_INNER_FOLDS, int(np.bincount(label, minlength=2).min()))
+    if k < 2:
+        return _C_FALLBACK
+    loss = np.zeros(len(C_GRID))
+    for fit_idx, out_idx in StratifiedKFold(k, shuffle=True, random_state=seed).split(xs, label):
+        clf = _logreg(C_GRID[0], warm_start=True)  # ascending C: each fit starts from the previous solution
+        for i, c in enumerate(C_GRID):
+            z = clf.set_params(C=c).fit(xs[fit_idx], label[fit_idx]).decision_function(xs[out_idx])
+            loss[i] += np.logaddexp(0.0, np.where(label[out_idx] == 1, -z, z)).sum()  # −log-likelihood
+    return C_GRID[int(np.argmin(loss))]
 
 
 def weighted_thresholds(
@@ -262,7 +312,7 @@ def weighted_thresholds(
     *,
     min_ess: float = 50.0,
     n_components: int | None = 16,
-    C: float = 1.0,
+    C: float | str = "auto",
     n_folds: int = 5,
     clip: float = 1e3,
     seed: int = 0,
@@ -293,15 +343,13 @@ def weighted_thresholds(
     _vector(cal_scores, "cal_scores", check_embeddings(cal_emb, "cal_emb").shape[0])
     if finite_real(min_ess, "min_ess") < 0:
         raise ValueError(f"min_ess must be >= 0, got {min_ess!r}")
-    w_cal, w_test = density_ratio(
-        cal_emb, test_emb, n_components=n_components, C=C, n_folds=n_folds, clip=clip, seed=seed
-    )
+    w_cal, w_test, chosen = _fit_ratio(cal_emb, test_emb, n_components, C, n_folds, clip, seed)
     ess, floor = effective_sample_size(w_cal), max(float(min_ess), (1 - alpha) / alpha)
     q = weighted_conformal_threshold(cal_scores.double(), w_cal, w_test, alpha)
     guarded = ess < floor
     if guarded:
         q = torch.full_like(q, math.inf)
-    return WeightedThresholds(q.to(cal_scores.dtype), w_cal, w_test, ess, floor, guarded)
+    return WeightedThresholds(q.to(cal_scores.dtype), w_cal, w_test, ess, floor, guarded, chosen)
 
 
 def _vector(x: Tensor, name: str, n: int | None = None) -> None:

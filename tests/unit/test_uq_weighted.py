@@ -15,6 +15,7 @@ from sciml.uq import (
     weighted_conformal_threshold,
     weighted_thresholds,
 )
+from sciml.uq.weighted import C_GRID
 
 ALPHA = 0.1
 
@@ -118,6 +119,48 @@ def test_high_dimensional_embeddings_do_not_fake_a_shift() -> None:
     assert effective_sample_size(w_cal) > 0.8 * 600 and w_test.shape == (600,)
     shifted = test + torch.linspace(0, 1.5, 64, dtype=torch.float64)  # a real shift is still found
     assert effective_sample_size(density_ratio(cal, shifted)[0]) < 0.5 * 600
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_auto_c_gives_near_uniform_weights_without_shift(seed: int) -> None:
+    """Exchangeable d = 8 embeddings: the held-out-log-loss choice of C keeps the weights near 1.
+
+    Tolerance: a logistic fit on ``N_fit`` rows (cross-fitted, ``N_fit = (1 - 1/5) N``) with class share ``p`` has
+    logit error of variance ``τ² ≈ (d+1)/(N_fit p(1-p))`` (MLE asymptotics; a penalty only shrinks it). For
+    log-normal weights ``ESS/n = exp(-τ²)``; allowing 3·τ² (a χ²_{d+1}/(d+1) above 3 has probability ~1e-4)
+    gives ``ESS >= n exp(-3τ²)`` ≈ 0.93 n here.
+    """
+    g = torch.Generator().manual_seed(seed)
+    n, m, d = 1000, 800, 8
+    cal, test = torch.randn(n, d, generator=g, dtype=torch.float64), torch.randn(m, d, generator=g, dtype=torch.float64)
+    s = torch.rand(n, generator=g, dtype=torch.float64)
+    res = weighted_thresholds(s, cal, test, ALPHA, seed=seed)
+    p = m / (n + m)
+    tau2 = (d + 1) / ((n + m) * (1 - 1 / 5) * p * (1 - p))
+    assert not res.guarded and res.ess >= n * math.exp(-3 * tau2), (res.ess, n * math.exp(-3 * tau2))
+    assert len(res.C) == 5 and all(c in C_GRID for c in res.C)
+
+
+def test_explicit_c_is_used_as_given() -> None:
+    """A numeric C skips the search: in-sample (n_folds = 1) weights equal the odds of scikit-learn's own fit."""
+    from sklearn.linear_model import LogisticRegression
+
+    g = torch.Generator().manual_seed(5)
+    cal, test = torch.randn(300, 3, generator=g, dtype=torch.float64), 0.5 + torch.randn(200, 3, generator=g,
+                                                                                          dtype=torch.float64)
+    s = torch.rand(300, generator=g, dtype=torch.float64)
+    res = weighted_thresholds(s, cal, test, ALPHA, C=0.05)
+    assert res.C == (0.05,) * 5
+    w_cal, w_test = density_ratio(cal, test, C=0.05, n_folds=1)
+    x = torch.cat([cal, test])
+    x = ((x - x.mean(0)) / x.std(0)).numpy()
+    label = [0] * 300 + [1] * 200
+    logit = LogisticRegression(C=0.05, max_iter=1000).fit(x, label).decision_function(x)
+    expected = torch.from_numpy(logit).exp() * 300 / 200
+    torch.testing.assert_close(torch.cat([w_cal, w_test]), expected, rtol=1e-6, atol=0)
+    for bad in ("best", -1.0, math.nan):
+        with pytest.raises(ValueError, match="C"):
+            density_ratio(cal, test, C=bad)
 
 
 def test_errors() -> None:
