@@ -289,7 +289,11 @@ def _logreg(c: float, warm_start: bool = False):
 
 
 def _select_c(xs: np.ndarray, label: np.ndarray, seed: int) -> float:
-    """The ``C`` of :data:`C_GRID` with the smallest inner cross-validated log-loss (ties: smallest ``C``)."""
+    """The ``C`` of :data:`C_GRID` with the smallest inner cross-validated log-loss (ties: smallest ``C``).
+
+    Written out rather than ``LogisticRegressionCV``, whose penalty, scoring and ``C_`` conventions change between
+    the scikit-learn versions the package allows (>= 1.3); same folds for every ``C``, shuffled with ``seed``.
+    """
     from sklearn.model_selection import StratifiedKFold
 
     k = min(_INNER_FOLDS, int(np.bincount(label, minlength=2).min()))
