@@ -1,315 +1,288 @@
-"""End-to-end speed of ``sciml hamiltonian predict`` against the pyscf SCF, side by side in one run (issue 15, item 4).
+"""End-to-end speed of ``sciml hamiltonian predict`` against the pyscf SCF, by molecule size, in one run (issue 15.4).
 
-For each molecule (water with the shipped model; ethanol with a model given by ``--ethanol-model``, e.g. a short
-``sciml fit`` + ``sciml export --calibrate`` of ``configs/hamiltonian/ethanol.yaml``) on fresh conformers
-(``displaced_conformers``, σ = 0.05 Å, a seed the data never used), timed in this one run, one thread
-(``OMP_NUM_THREADS=1``):
+Molecules of increasing size (closed-shell H/C/N/O), each on fresh conformers (``displaced_conformers``,
+σ = 0.05 Å, seed 2026, a seed no data set used):
 
-- ``predict_wall``: the whole ``sciml hamiltonian predict`` command, all conformers in one call (subprocess wall
-  time: Python start-up, imports, model loading, pyscf H0/S, network, writing the output folders);
-- the same pipeline in-process, stage by stage with the functions the command uses: model loading, pyscf H0 + S
-  build (per conformer), one network call for all conformers, writing the folders;
-- the SCF that ``sciml data hamiltonian`` runs for the same geometries (``run_molecule_scf`` with the default
-  ``SCFSettings``: same basis, functional, grid level 3, conv_tol 1e-10), its kernel time and its whole call.
+- water (3 atoms), ethanol (9), uracil (12): the package's built-in geometries;
+- indole C8H7N (16): the indole monomer of ASE's S22 ``Indole-benzene_complex_stack`` (split by connectivity);
+- uracil dimer C8H8N4O4 (24): S22 ``Uracil_dimer_h-bonded``, the whole hydrogen-bonded complex;
+- adenine–thymine C10H11N7O2 (30): S22 ``Adenine-thymine_Watson-Crick_complex``, the whole base pair.
 
-``--bound-only uracil``: molecules without a model get the SCF and the H0 + S build alone (an upper bound of the
-end-to-end ratio, SCF / H0+S build; not a measurement of ``predict``).
-Merges key ``"speed"`` into ``benchmarks/results/hamiltonian.json`` (other keys kept) and prints a table.
+For each size, on the same geometries, one thread (``OMP_NUM_THREADS=1``, ``--threads 1``):
+
+- **predict**: the whole ``sciml hamiltonian predict`` command on all ``n`` conformers of the size in one call
+  (subprocess wall time, and its CPU time from ``getrusage``), split with the command's own ``time:`` line
+  (:func:`sciml.cli.hamiltonian.timing_line`) into model loading, reading, pyscf H0+S, network and writing;
+  start-up = wall − those stages (Python start-up and imports);
+- **SCF**: what ``sciml data hamiltonian`` runs (``run_molecule_scf``, default ``SCFSettings``: PBE/def2-SVP,
+  grid level 3, conv_tol 1e-10) on the first ``n_scf`` of those conformers: its kernel wall time (the
+  ``scf_seconds`` it records) and CPU time (``process_time`` around the same kernel call).
+
+Ratios per size: ``scf_over_predict`` = SCF seconds per molecule / (command seconds / n) — the whole command,
+start-up included, amortised over its ``n`` inputs; ``scf_over_predict_marginal`` = SCF per molecule / stage
+seconds per molecule (each further input of a call); ``break_even_n_10x``: the smallest number of inputs of one
+call at which the whole command is ≥ 10x faster than the SCFs; ``scf_over_h0_bound`` = median SCF / pyscf H0+S
+per molecule (no predict that builds H0 this way can beat it). The water row is also run with the shipped water
+model (its H0 is the exact one). Merges key ``"speed"`` into ``benchmarks/results/hamiltonian.json`` (re-read
+right before writing; other keys kept) and prints a table.
 
 Usage::
 
-    OMP_NUM_THREADS=1 python benchmarks/hamiltonian_speed.py --ethanol-model /tmp/eth-model [--water 5] [--ethanol 3]
+    OMP_NUM_THREADS=1 python benchmarks/hamiltonian_speed.py [--model checkpoints/organic-pbe-def2svp] [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
+import resource
 import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "hamiltonian.json"
-SEED = 2026  # the shipped data used seed 1
+SEED = 2026  # no data set used it
+#: name -> (source, n conformers predicted in one call, n of them also run through the SCF)
+PLAN = {"water": ("built-in", 10, 10), "ethanol": ("built-in", 10, 10), "uracil": ("built-in", 10, 4),
+        "indole": ("S22 Indole-benzene_complex_stack, the C8H7N monomer", 8, 3),
+        "uracil_dimer": ("S22 Uracil_dimer_h-bonded, whole complex", 4, 2),
+        "adenine_thymine": ("S22 Adenine-thymine_Watson-Crick_complex, whole base pair", 3, 1)}
+WHAT = ("whole `sciml hamiltonian predict` command (subprocess wall and CPU time, one thread, all n conformers of a "
+        "size in one call; stages from the command's own 'time:' line) vs the SCF of `sciml data hamiltonian` "
+        "(run_molecule_scf, default SCFSettings: PBE/def2-SVP, grid level 3, conv_tol 1e-10, one thread; kernel "
+        "wall and CPU) on the first n_scf of the same conformers (sigma 0.05 A, seed 2026), in one run. "
+        "scf_over_predict = mean SCF s x n / command s (start-up amortised over n); _marginal = mean SCF s / "
+        "stage s per molecule; break_even_n_10x = smallest n at which the whole command is >= 10x faster; "
+        "scf_over_h0_bound = median SCF s / pyscf H0+S s per molecule")
+QUICK = {"water": (3, 3), "ethanol": (2, 1), "uracil": (2, 1)}
+
+
+def geometry(name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Atomic numbers ``(n,)`` and positions ``(n, 3)`` Å of a :data:`PLAN` molecule."""
+    from sciml.hamiltonian.data.gen_molecules import builtin_molecule
+
+    if PLAN[name][0] == "built-in":
+        return builtin_molecule(name)
+    from ase.collections import s22
+    from ase.neighborlist import NeighborList, natural_cutoffs
+    from scipy.sparse.csgraph import connected_components
+
+    atoms = s22[PLAN[name][0].split()[1].rstrip(",")]
+    if name == "indole":  # split the stacked complex into its molecules by covalent connectivity
+        nl = NeighborList(natural_cutoffs(atoms), self_interaction=False, bothways=True)
+        nl.update(atoms)
+        _, label = connected_components(nl.get_connectivity_matrix(sparse=True))
+        atoms = next(atoms[label == k] for k in set(label) if atoms[label == k].get_chemical_formula() == "C8H7N")
+    return np.asarray(atoms.numbers, dtype=np.int64), np.asarray(atoms.positions, dtype=np.float64)
 
 
 def write_xyz(folder: Path, name: str, numbers, positions) -> list[Path]:
     """One ``.xyz`` per conformer (positions ``(n_conf, n_atoms, 3)`` Å); returns the paths."""
     from pymatgen.core import Element
 
+    folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for k, pos in enumerate(positions):
         lines = [str(len(numbers)), f"{name} conformer {k}"]
         lines += [f"{Element.from_Z(int(z)).symbol} {x:.10f} {y:.10f} {w:.10f}"
                   for z, (x, y, w) in zip(numbers, pos, strict=True)]
-        path = folder / f"{name}_{k:02d}.xyz"
-        path.write_text("\n".join(lines) + "\n")
-        paths.append(path)
+        paths.append(folder / f"{name}_{k:02d}.xyz")
+        paths[-1].write_text("\n".join(lines) + "\n")
     return paths
 
 
-def time_command(model: str, paths: list[Path], out: Path) -> float:
-    """Wall seconds of one ``sciml hamiltonian predict`` call on all ``paths`` (one thread)."""
-    env = os.environ | {"OMP_NUM_THREADS": "1"}
+def time_command(model: str, paths: list[Path], out: Path) -> dict:
+    """One ``sciml hamiltonian predict`` call on all ``paths`` (one thread): wall, CPU, the command's stages."""
+    from sciml.cli.hamiltonian import parse_timing_line
+
+    env = os.environ | {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     cmd = [str(Path(sys.executable).parent / "sciml"), "hamiltonian", "predict", "--model", model, "--output", str(out),
            "--threads", "1", "--no-progress", *map(str, paths)]
-    start = time.perf_counter()
-    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - start
+    before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+    proc = subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
+    stages = parse_timing_line(proc.stderr)
+    if stages is None:
+        raise RuntimeError(f"no 'time:' line in the command's stderr:\n{proc.stderr[-2000:]}")
+    work = sum(stages[k] for k in ("read", "h0_overlap", "network", "write"))
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return {"wall_seconds": wall, "cpu_seconds": cpu,
+            "stages_seconds": stages, "startup_imports_seconds": wall - stages["load"] - work,
+            "per_molecule_stage_seconds": work / len(paths)}
 
 
 def time_imports() -> float:
-    """Wall seconds of a fresh Python importing what the command needs (torch, lightning, e3nn, pyscf, pymatgen)."""
-    code = ("import sciml.cli.main, sciml.hamiltonian.predict, sciml.hamiltonian.module, pyscf.dft, "
-            "pymatgen.core, sciml.hamiltonian.data.deeph")
+    """Wall seconds of a fresh Python importing what the command needs (no model, no molecule)."""
+    code = "import sciml.cli.main, sciml.cli.hamiltonian, sciml.hamiltonian.predict, pyscf.dft, pyscf.df"
     start = time.perf_counter()
     subprocess.run([sys.executable, "-c", code], check=True, env=os.environ | {"OMP_NUM_THREADS": "1"})
     return time.perf_counter() - start
 
 
-def load_without_fast_build(model: str) -> float:
-    """Seconds of the previous ``load_model`` (e3nn modules built with opt_einsum_fx planning), for before/after."""
-    from sciml.core.io.artifact import load_artifact
-    from sciml.hamiltonian.artifact import module_config
-    from sciml.hamiltonian.module import HamiltonianModule
+@contextmanager
+def kernel_cpu(record: list):
+    """Append the CPU seconds of every pyscf ``SCF.kernel`` call made inside the block to ``record``."""
+    from pyscf.scf import hf
 
-    start = time.perf_counter()
-    art = load_artifact(model)
-    module = HamiltonianModule(**module_config(art.config, dict(art.metadata or {}), model))
-    module.load_state_dict(art.state_dict, strict=True)
-    return time.perf_counter() - start
+    original = hf.SCF.kernel
 
+    def timed(self, *args, **kwargs):
+        start = time.process_time()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            record.append(time.process_time() - start)
 
-def h0_variants(numbers, positions) -> dict:
-    """Cheaper H0 builds, one conformer: seconds and max |H0 - exact H0| (µHa).
-
-    Density-fitted J (def2-universal-jfit) and/or grid level 1: NOT what the models were trained on (a model
-    would have to be retrained on such H0); measured to show what a cheaper H0 would buy.
-    """
-    from pyscf import dft, gto
-
-    mol = gto.M(atom=[(int(z), tuple(p)) for z, p in zip(numbers, positions, strict=True)], basis="def2-svp",
-                unit="Angstrom", verbose=0)
-
-    def build(df: bool, level: int):
-        mf = dft.RKS(mol)
-        mf.xc, mf.grids.level, mf.verbose = "pbe", level, 0
-        if df:
-            mf = mf.density_fit(auxbasis="def2-universal-jfit")
-        start = time.perf_counter()
-        h0 = mf.get_fock(dm=mf.get_init_guess(key="minao"))
-        return h0, time.perf_counter() - start
-
-    exact, t0 = build(False, 3)
-    out = {"exact_seconds": t0}
-    for name, df, level in (("df_j", True, 3), ("grid1", False, 1), ("df_j_grid1", True, 1)):
-        h0, sec = build(df, level)
-        out[name] = {"seconds": sec, "max_abs_diff_microhartree": float(np.abs(h0 - exact).max() * 1e6)}
-    return out
-
-
-def time_stages(model: str, paths: list[Path], out: Path) -> dict:
-    """The command's pipeline in-process, stage by stage (seconds): load, H0+S per conformer, network, write."""
-    import torch
-
-    from sciml.hamiltonian.artifact import load_model
-    from sciml.hamiltonian.predict import (
-        check_elements,
-        predict_structures,
-        read_xyz,
-        structure_from_matrices,
-        write_prediction,
-        zeroth_step,
-    )
-
-    torch.set_num_threads(1)
-    before, after = [], []
-    for _ in range(2):  # alternate, best of two each: the first build also fills e3nn's caches
-        before.append(load_without_fast_build(model))
-        start = time.perf_counter()
-        predictor = load_model(model)
-        after.append(time.perf_counter() - start)
-    load = min(after)
-    structures, overlaps, h0s = [], [], []
-    for path in paths:
-        start = time.perf_counter()
-        numbers, positions = read_xyz(path)
-        check_elements(numbers, predictor.layout, str(path))
-        mats = zeroth_step(numbers, positions, predictor.basis, predictor.xc, predictor.layout, str(path))
-        structures.append(structure_from_matrices(numbers, positions, mats, predictor.layout, mats["n_occupied"],
-                                                  str(path)))
-        overlaps.append(mats["S"])
-        h0s.append(time.perf_counter() - start)
-    start = time.perf_counter()
-    results = predict_structures(structures, predictor)
-    network = time.perf_counter() - start
-    start = time.perf_counter()
-    for path, s, res, ovl in zip(paths, structures, results, overlaps, strict=True):
-        write_prediction(out / path.stem, s, res, ovl, predictor)
-    write = time.perf_counter() - start
-    return {"load_model_seconds": load, "load_model_seconds_before_fast_build": min(before),
-            "h0_overlap_seconds_per_conformer": h0s, "network_seconds_all": network,
-            "write_seconds_all": write}
+    hf.SCF.kernel = timed
+    try:
+        yield
+    finally:
+        hf.SCF.kernel = original
 
 
 def time_scf(numbers, positions) -> dict:
-    """The SCF of ``sciml data hamiltonian`` (default settings, one thread) per conformer: kernel and whole call."""
+    """The SCF of ``sciml data hamiltonian`` (default settings, one thread) per conformer: kernel wall and CPU."""
     from sciml.hamiltonian.data.generate import SCFSettings, run_molecule_scf
 
-    kernel, whole, converged = [], [], []
+    wall, cpu, converged = [], [], []
     for pos in positions:
-        start = time.perf_counter()
-        res = run_molecule_scf(numbers, pos, SCFSettings(threads=1))
-        whole.append(time.perf_counter() - start)
-        kernel.append(res["scf_seconds"])
+        with kernel_cpu(cpu):
+            res = run_molecule_scf(numbers, pos, SCFSettings(threads=1))
+        wall.append(res["scf_seconds"])
         converged.append(res["converged"])
-    return {"scf_kernel_seconds_per_conformer": kernel, "scf_call_seconds_per_conformer": whole,
-            "converged": all(converged)}
+    return {"scf_seconds": wall, "scf_cpu_seconds": cpu, "converged": all(converged)}
 
 
-def time_h0_only(numbers, positions) -> list[float]:
-    """H0 + S build alone per conformer (seconds), for molecules without a model (def2-SVP, PBE)."""
-    from pyscf import gto
-
-    from sciml.hamiltonian.orbitals import OrbitalLayout
-    from sciml.hamiltonian.predict import zeroth_step
-
-    mol = gto.M(atom=[(int(z), tuple(p)) for z, p in zip(numbers, positions[0], strict=True)], basis="def2-svp",
-                unit="Angstrom", verbose=0)
-    layout = OrbitalLayout.from_pyscf_mol(mol)
-    out = []
-    for pos in positions:
-        start = time.perf_counter()
-        zeroth_step(numbers, pos, "def2-svp", "pbe", layout)
-        out.append(time.perf_counter() - start)
+def ratios(row: dict, key: str) -> dict:
+    """Ratios of the SCF to the predict command ``row[key]`` (module docstring)."""
+    cmd, n = row[key], row["n_predict"]
+    scf = float(np.mean(row["scf_seconds"]))
+    marginal = cmd["per_molecule_stage_seconds"]
+    fixed = cmd["wall_seconds"] - n * marginal  # start-up, imports, model loading
+    out = {"predict_seconds_per_molecule": cmd["wall_seconds"] / n, "predict_marginal_seconds_per_molecule": marginal,
+           "predict_fixed_seconds": fixed, "scf_over_predict": scf * n / cmd["wall_seconds"],
+           "scf_over_predict_cpu": float(np.mean(row["scf_cpu_seconds"])) * n / cmd["cpu_seconds"],
+           "scf_over_predict_marginal": scf / marginal,
+           "scf_over_h0_bound": float(np.median(row["scf_seconds"])) / (cmd["stages_seconds"]["h0_overlap"] / n)}
+    out["break_even_n_10x"] = math.ceil(10 * fixed / (scf - 10 * marginal)) if scf > 10 * marginal else None
     return out
 
 
-def measure(name: str, model: str | None, n: int, work: Path) -> dict:
-    """One molecule: fresh conformers, predict (command + stages) and SCF, side by side."""
-    from sciml.hamiltonian.data.gen_molecules import builtin_molecule, displaced_conformers
+def measure(name: str, n: int, n_scf: int, models: dict, work: Path) -> dict:
+    """One size: fresh conformers, each model's predict command on all ``n``, the SCF on the first ``n_scf``."""
+    from pyscf import gto
 
-    numbers, ref = builtin_molecule(name)
+    from sciml.hamiltonian.data.gen_molecules import displaced_conformers
+
+    numbers, ref = geometry(name)
     positions = displaced_conformers(ref, n, 0.05, SEED)
-    folder = work / name
-    folder.mkdir()
-    paths = write_xyz(folder, name, numbers, positions)
-    row = {"molecule": name, "n_atoms": int(len(numbers)), "n_conformers": n, "model": model}
-    if model is not None:
-        row["predict_command_seconds_all"] = time_command(model, paths, work / f"{name}-cmd")
-        row["python_start_and_imports_seconds"] = time_imports()
-        row |= time_stages(model, paths, work / f"{name}-stages")
-    else:
-        row["h0_overlap_seconds_per_conformer"] = time_h0_only(numbers, positions)
-    row |= time_scf(numbers, positions)
-    row["h0_variants_one_conformer"] = h0_variants(numbers, positions[0])
-    scf = float(np.sum(row["scf_kernel_seconds_per_conformer"]))
-    h0 = float(np.sum(row["h0_overlap_seconds_per_conformer"]))
-    if model is not None:
-        total = row["predict_command_seconds_all"]
-        row["ratio_scf_over_predict_command"] = scf / total
-        row["ratio_scf_over_predict_without_startup"] = scf / (h0 + row["network_seconds_all"]
-                                                               + row["write_seconds_all"])
-    # median per conformer: the first pyscf build of a process pays one-time set-up (uracil: 2.6 s cold, 2.0 s warm)
-    row["ratio_scf_over_h0_overlap_bound"] = (float(np.median(row["scf_kernel_seconds_per_conformer"]))
-                                              / float(np.median(row["h0_overlap_seconds_per_conformer"])))
+    paths = write_xyz(work / name, name, numbers, positions)
+    mol = gto.M(atom=[(int(z), tuple(p)) for z, p in zip(numbers, ref, strict=True)], basis="def2-svp", verbose=0)
+    row = {"molecule": name, "source": PLAN[name][0], "formula": _formula(numbers),
+           "n_atoms": int(len(numbers)), "n_ao": int(mol.nao), "n_predict": n, "n_scf": n_scf}
+    for label, model in models.items():
+        row[f"predict_{label}"] = time_command(model, paths, work / f"{name}-{label}-out")
+    row |= time_scf(numbers, positions[:n_scf])
+    for label in models:
+        row[f"ratios_{label}"] = ratios(row, f"predict_{label}")
     return row
 
 
-def n_ao(name: str) -> int:
-    """Number of def2-SVP atomic orbitals of a built-in molecule."""
-    from pyscf import gto
+def _formula(numbers) -> str:
+    from ase import Atoms
 
-    from sciml.hamiltonian.data.gen_molecules import builtin_molecule
-
-    numbers, pos = builtin_molecule(name)
-    atom = [(int(z), tuple(p)) for z, p in zip(numbers, pos, strict=True)]
-    return int(gto.M(atom=atom, basis="def2-svp", unit="Angstrom", verbose=0).nao)
+    return Atoms(numbers=[int(z) for z in numbers]).get_chemical_formula()
 
 
-def table(rows: list[dict]) -> str:
-    """Markdown table of the measured rows (mean seconds per conformer; network/write/load for the whole call)."""
-    lines = ["| molecule | atoms | AOs | n | SCF s/conf | predict cmd s (all n) | start+imports s | load s (before) | "
-             "H0+S s/conf | network s (all n) | write s (all n) | SCF / predict | SCF / predict w/o start+load | "
-             "SCF / (H0+S) bound (medians) |", "|" + "---|" * 14]
-
-    def fmt(row, key, form="{:.2f}"):
-        return form.format(row[key]) if key in row else "–"
-
+def table(rows: list[dict], label: str) -> str:
+    """Markdown table of one model's rows (seconds per molecule unless said)."""
+    lines = ["| molecule | atoms | AOs | n (SCF) | SCF s/mol | predict cmd s (all n) | start-up+imports s | load s | "
+             "H0+S s/mol | network s/mol | read+write s/mol | predict s/mol (cmd/n) | SCF / predict | "
+             "SCF / predict, CPU | SCF / predict, marginal | n for 10x | SCF / (H0+S) bound |", "|" + "---|" * 17]
     for r in rows:
-        load = "–"
-        if "load_model_seconds" in r:
-            load = f"{r['load_model_seconds']:.2f} ({r['load_model_seconds_before_fast_build']:.2f})"
+        if f"predict_{label}" not in r:
+            continue
+        c, q, n = r[f"predict_{label}"], r[f"ratios_{label}"], r["n_predict"]
+        s = c["stages_seconds"]
         lines.append(" | ".join([
-            f"| {r['molecule']}", str(r["n_atoms"]), str(r["n_ao"]), str(r["n_conformers"]),
-            f"{np.mean(r['scf_kernel_seconds_per_conformer']):.2f}", fmt(r, "predict_command_seconds_all"),
-            fmt(r, "python_start_and_imports_seconds"), load,
-            f"{np.mean(r['h0_overlap_seconds_per_conformer']):.2f}", fmt(r, "network_seconds_all"),
-            fmt(r, "write_seconds_all"), fmt(r, "ratio_scf_over_predict_command", "{:.2f}×"),
-            fmt(r, "ratio_scf_over_predict_without_startup", "{:.2f}×"),
-            f"{r['ratio_scf_over_h0_overlap_bound']:.1f}× |"]))
+            f"| {r['molecule']} ({r['formula']})", str(r["n_atoms"]), str(r["n_ao"]), f"{n} ({r['n_scf']})",
+            f"{np.mean(r['scf_seconds']):.2f}", f"{c['wall_seconds']:.2f}", f"{c['startup_imports_seconds']:.2f}",
+            f"{s['load']:.2f}", f"{s['h0_overlap'] / n:.3f}", f"{s['network'] / n:.3f}",
+            f"{(s['read'] + s['write']) / n:.3f}", f"{q['predict_seconds_per_molecule']:.2f}",
+            f"{q['scf_over_predict']:.1f}x", f"{q['scf_over_predict_cpu']:.1f}x",
+            f"{q['scf_over_predict_marginal']:.1f}x",
+            str(q["break_even_n_10x"] or "never"), f"{q['scf_over_h0_bound']:.1f}x |"]))
     return "\n".join(lines)
 
 
+def grows(rows: list[dict], label: str, key: str) -> bool:
+    """Whether ratio ``key`` of model ``label`` increases with the number of atoms (every step)."""
+    vals = [r[f"ratios_{label}"][key] for r in sorted(rows, key=lambda r: r["n_atoms"]) if f"ratios_{label}" in r]
+    return bool(all(b > a for a, b in zip(vals[:-1], vals[1:], strict=True)))
+
+
 def main() -> None:
-    """Measure, print the table, merge ``speed`` into the results file."""
+    """Measure every size, print the tables, merge ``speed`` into the results file."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--water", type=int, default=5, help="water conformers")
-    parser.add_argument("--ethanol", type=int, default=3, help="ethanol conformers")
-    parser.add_argument("--ethanol-model", default=None, help="exported ethanol artifact (not shipped)")
-    parser.add_argument("--bound-only", nargs="*", default=[], help="molecules timed for SCF and H0+S only")
-    parser.add_argument("--bound-n", type=int, default=1, help="conformers of each --bound-only molecule")
+    parser.add_argument("--model", default=str(ROOT / "checkpoints" / "organic-pbe-def2svp"),
+                        help="H/C/N/O model artifact (default: the shipped organic model)")
+    parser.add_argument("--water-model", default=str(ROOT / "checkpoints" / "water-pbe-def2svp"))
+    parser.add_argument("--only", default=None, help="comma-separated subset of: " + ", ".join(PLAN))
+    parser.add_argument("--quick", action="store_true", help="water, ethanol, uracil, 1-3 conformers (a smoke run)")
     parser.add_argument("--no-write", action="store_true", help="print only; leave the results file alone")
+    parser.add_argument("--note", default=None, help="what the model is, stored with the results (e.g. a stand-in)")
     args = parser.parse_args()
+    if not Path(args.model, "config.yaml").is_file():
+        raise SystemExit(f"{args.model}: no model artifact (config.yaml); train and export it, or pass --model")
     os.environ["OMP_NUM_THREADS"] = "1"
     from pyscf import lib
 
     lib.num_threads(1)
-    load_before = os.getloadavg()
-    start = time.perf_counter()
+    names = list(QUICK) if args.quick else (args.only.split(",") if args.only else list(PLAN))
+    load_before, start = os.getloadavg(), time.perf_counter()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        plan = [("water", str(ROOT / "checkpoints" / "water-pbe-def2svp"), args.water)]
-        if args.ethanol_model:
-            plan.append(("ethanol", args.ethanol_model, args.ethanol))
-        plan += [(name, None, args.bound_n) for name in args.bound_only]
-        for name, model, n in plan:
-            row = measure(name, model, n, work)
-            row["n_ao"] = n_ao(name)
-            rows.append(row)
-            print(f"{name}: done", file=sys.stderr, flush=True)
+        imports = time_imports()
+        for name in names:
+            n, n_scf = QUICK[name] if args.quick else PLAN[name][1:]
+            models = {"model": args.model} | ({"water_model": args.water_model} if name == "water" else {})
+            rows.append(measure(name, n, n_scf, models, Path(tmp)))
+            print(f"{name}: done ({time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
+    model_meta = json.loads(Path(args.model, "metadata.json").read_text())
     result = {
-        "what": ("end-to-end `sciml hamiltonian predict` (subprocess wall time, all conformers in one call) vs the "
-                 "pyscf SCF of `sciml data hamiltonian` (kernel time, default SCFSettings: PBE/def2-SVP, grid level "
-                 "3, conv_tol 1e-10) on the same fresh conformers (sigma 0.05 A, seed 2026), one run, one thread; "
-                 "stages timed in-process with the functions the command uses. SCF/predict = total SCF seconds / "
-                 "command seconds; SCF/(H0+S) = median SCF / median H0+S build per conformer, the upper bound of "
-                 "any predict that builds H0 this way"),
-        "threads": 1, "cpus": os.cpu_count(), "machine": platform.processor() or platform.machine(),
+        "what": WHAT,
+        "model": str(Path(args.model).resolve().relative_to(ROOT)) if Path(args.model).resolve().is_relative_to(ROOT)
+        else str(args.model), "model_data_hash": model_meta.get("data_hash"), "model_note": args.note,
+        "model_is_shipped_organic": Path(args.model).resolve() == (ROOT / "checkpoints" / "organic-pbe-def2svp"),
+        "water_model": str(Path(args.water_model).name), "threads": 1, "cpus": os.cpu_count(),
+        "machine": platform.processor() or platform.machine(), "seed": SEED, "sigma_angstrom": 0.05,
         "load_average_before": list(load_before), "load_average_after": list(os.getloadavg()),
-        "seconds": time.perf_counter() - start,
-        "ethanol_model": ("not shipped: a short training of configs/hamiltonian/ethanol.yaml exported to a temporary "
-                          "folder; its accuracy does not matter for speed (same network size as the benchmark's)"
-                          if args.ethanol_model else None),
+        "python_imports_seconds": imports, "seconds": time.perf_counter() - start, "quick": args.quick,
+        "ratio_grows_with_size": grows(rows, "model", "scf_over_predict"),
+        "marginal_ratio_grows_with_size": grows(rows, "model", "scf_over_predict_marginal"),
         "molecules": rows,
     }
-    print(table(rows))
+    print(table(rows, "model"))
+    print("\nwater model:\n" + table(rows, "water_model"))
     print(f"threads 1, {os.cpu_count()} CPUs, load average before {load_before[0]:.2f}, after "
-          f"{os.getloadavg()[0]:.2f}")
+          f"{os.getloadavg()[0]:.2f}; ratio grows with size: {result['ratio_grows_with_size']} (whole command), "
+          f"{result['marginal_ratio_grows_with_size']} (marginal)")
     if not args.no_write:
         from sciml.core.io.atomic import atomic_write_text
 
-        data = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
+        data = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}  # re-read: another script writes here
         data["speed"] = result
         atomic_write_text(RESULTS, json.dumps(data, indent=1) + "\n")
+        print(f"wrote key 'speed' of {RESULTS}", file=sys.stderr)
 
 
 if __name__ == "__main__":
