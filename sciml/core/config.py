@@ -119,6 +119,8 @@ COMMON = {
         "method": Key("split", "calibrator", "str", ("split", "mondrian", "multigroup")),
         "group_by": Key(None, "group function(s) for mondrian/multigroup, e.g. crystal_system", "any"),
         "callback": Key(True, "calibrate after fit (false: at export, e.g. perturbation effects)"),
+        "domain": Key(None, "Hamiltonian molecule models: domain-test settings at export (k, beta, holdout, "
+                            "sigma_power; sciml.hamiltonian.domain.fit_domain)", "map", nullable=True),
     }, "conformal calibration on the calib split"),
     "trainer": TRAINER,
     "checkpoint": Section({

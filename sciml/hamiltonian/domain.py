@@ -55,12 +55,24 @@ MIN_VARIANCE = 1e-4  # principal components kept: variance fraction >= this
 MAX_COMPONENTS = 16
 
 
-def orbital_groups(n_eig: Tensor, n_occ: Tensor) -> Tensor:
+def orbital_groups(n_eig: Tensor, n_occ: Tensor, known: Tensor | None = None) -> Tensor:
     """Mondrian group of every predicted orbital: index within its molecule minus ``n_occ`` (HOMO −1, LUMO 0).
 
-    ``n_eig``, ``n_occ``: ``(G,)`` int64 per molecule; returns ``(Σ n_eig,)`` int64.
+    ``n_eig``, ``n_occ``: ``(G,)`` int64 per molecule; returns ``(Σ n_eig,)`` int64. ``known``: the calibrated
+    groups; orbitals outside their range (deeper than the deepest calibrated orbital: a molecule with more
+    electrons than every calibration molecule) take the nearest calibrated group (:func:`outside_groups` counts
+    them: their width is borrowed, not calibrated).
     """
-    return torch.cat([torch.arange(int(k)) - int(o) for k, o in zip(n_eig, n_occ, strict=True)]).long()
+    groups = torch.cat([torch.arange(int(k)) - int(o) for k, o in zip(n_eig, n_occ, strict=True)]).long()
+    if known is not None and len(known):
+        groups = groups.clamp(int(known.min()), int(known.max()))
+    return groups
+
+
+def outside_groups(n_eig: Tensor, n_occ: Tensor, known: Tensor) -> Tensor:
+    """``(Σ n_eig,)`` bool: orbitals whose group no calibration molecule had (see :func:`orbital_groups`)."""
+    raw = orbital_groups(n_eig, n_occ)
+    return (raw < int(known.min())) | (raw > int(known.max()))
 
 
 @dataclass

@@ -97,7 +97,7 @@ def calibrate(module: HamiltonianModule, dm, alpha: float = 0.1, score: str = "n
     test = dm.collate_fn(dm.datasets["test"])
     emb, eps, y = structure_errors(module, test)
     rows = torch.repeat_interleave(torch.arange(len(emb)), test.n_eig)
-    interval = cal.predict_set(eps, orbital_groups(test.n_eig, test.n_occ), dom.sigma(emb)[rows], alpha)
+    interval = cal.predict_set(eps, orbital_groups(test.n_eig, test.n_occ, cal.group_ids), dom.sigma(emb)[rows], alpha)
     covered = ((y >= interval.lower) & (y <= interval.upper)).double()
     flagged = dom.pvalue(emb) <= dom.beta
     metrics = {"test_coverage": float(covered.mean()),
@@ -201,6 +201,22 @@ def calibrate_crystals(module: HamiltonianModule, dm, alpha: float = 0.1):
     return cal, metrics
 
 
+MANY_MOLECULES = ("closed-shell molecules of the trained elements like the training molecules (listed in the run's "
+                  "split.json), geometries displaced from near-equilibrium ones as in the training data; chemically "
+                  "different molecules are flagged by the domain test")
+
+
+def _network_line(m: dict) -> list[str]:
+    c = m.get("network_check") or {}
+    if "val_h_mae_ridge" not in c:
+        return []
+    verdict = ("used: it beats the ridge alone" if c["network_used"] else
+               "NOT used (read-outs zeroed): it did not beat the ridge alone, so the model predicts with the "
+               "closed-form ridge")
+    return [f"- Network {verdict} on the val split (H MAE {c['val_h_mae_network']:.4g} µHa with it, "
+            f"{c['val_h_mae_ridge']:.4g} µHa ridge alone, {c['n_val']} structures)"]
+
+
 def _symbols(layout: dict) -> list[str]:
     from pymatgen.core import Element
 
@@ -225,7 +241,7 @@ def model_card(name: str, cfg: dict, metrics: dict, sizes: dict) -> str:
         f"- {100 * (1 - m['alpha']):.0f}% conformal intervals on orbital energies: coverage {m['test_coverage']:.3f}, "
         f"mean width {m['test_width_mev']:.3g} meV"
         + (f" ({m['calibration']}, σ(x) = 1 + (s(x)/s̃)^{m['sigma_power']:g})" if "calibration" in m else ""),
-        *_domain_lines(m), "", "## Intended use and limits",
+        *_network_line(m), *_domain_lines(m), "", "## Intended use and limits",
         f"- Molecules made of the trained elements {', '.join(_symbols(cfg['module']['layout']))}, same basis "
         "set; " + (f"declared domain: {m['declared_domain']}" if m.get("declared_domain") else
                    "geometries close to the training conformers (random displacements, σ = 0.05 Å, of one "
@@ -300,8 +316,14 @@ def export(ckpt: str | Path, state: dict, output: str | Path, cfg: dict, calibra
     if dm.periodic:
         cal, metrics = calibrate_crystals(module, dm, alpha)
     else:
+        from sciml.hamiltonian.select import network_check
+
+        check = network_check(module, dm)  # before calibration: the intervals are those of what is shipped
         cal, metrics, dom = calibrate(module, dm, alpha, score or "normalized",
                                       (cfg.get("calibration") or {}).get("domain"))
+        metrics["network_check"] = check
+        if dm.folder:
+            metrics.setdefault("declared_domain", MANY_MOLECULES)
         extras[DOMAIN_FILE] = dom.to_dict()
     art_cfg = {"task": "hamiltonian", "module": hparams, "data": cfg["data"]}
     target = ({"name": "band_energies", "unit": "hartree"} if dm.periodic else

@@ -24,7 +24,7 @@ import torch
 
 from sciml.hamiltonian.artifact import HamiltonianPredictor
 from sciml.hamiltonian.data.datamodule import collate, structure_to_sample
-from sciml.hamiltonian.domain import orbital_groups
+from sciml.hamiltonian.domain import orbital_groups, outside_groups
 from sciml.hamiltonian.embed import h0_embedding
 from sciml.hamiltonian.orbitals import OrbitalLayout
 from sciml.hamiltonian.structure import HamiltonianStructure
@@ -125,7 +125,7 @@ def orbital_intervals(predictor: HamiltonianPredictor, eps: torch.Tensor, batch,
                              "(domain.json, per-orbital calibrator); re-export it or drop --shift-aware")
         interval = cal.predict_set(eps, alpha=alpha)
         return BatchIntervals(interval.lower, interval.upper, "split conformal, pooled over orbitals")
-    groups = orbital_groups(batch.n_eig, batch.n_occ)
+    groups = orbital_groups(batch.n_eig, batch.n_occ, cal.group_ids)
     sigma = (predictor.domain.sigma(emb)[rows] if cal.score_name == "normalized" else torch.ones_like(eps))
     if shift_aware:
         from sciml.hamiltonian.shift import shift_thresholds
@@ -167,6 +167,9 @@ def predict_structures(structures: list[HamiltonianStructure], predictor: Hamilt
     beta = (dom.beta if dom is not None else None) if beta is None else beta
     pvalue = dom.pvalue(emb) if dom is not None else None
     iv = orbital_intervals(predictor, eps, batch, emb, alpha, shift_aware, min_ess)
+    cal = predictor.calibrator
+    borrowed = (outside_groups(batch.n_eig, batch.n_occ, cal.group_ids)
+                if iv.method != "none" and getattr(cal, "method", None) == "mondrian" else None)
     out, k0 = [], 0
     for g, s in enumerate(structures):
         n, k, occ = int(batch.n_ao[g]), int(batch.n_eig[g]), int(batch.n_occ[g])
@@ -176,9 +179,13 @@ def predict_structures(structures: list[HamiltonianStructure], predictor: Hamilt
         p = None if pvalue is None else float(pvalue[g])
         in_domain = None if p is None else bool(p > beta)
         note = iv.note
+        if borrowed is not None and bool(borrowed[k0 - k:k0].any()):
+            note = (f"{int(borrowed[k0 - k:k0].sum())} orbitals deeper than any calibration molecule's take the "
+                    "deepest calibrated orbital's width (no per-orbital guarantee for them)" + (f"; {note}" if note
+                                                                                                 else ""))
         if in_domain is False:
             note = (f"out of domain (domain p-value {p:.3g} <= beta {beta:g}): unlike the training structures; the "
-                    "intervals carry no coverage guarantee")
+                    "intervals carry no coverage guarantee" + (f"; {note}" if note else ""))
         res = {"source": s.meta.get("source", ""), "hamiltonian": pred.meta["hamiltonian"][a:b].reshape(n, n).numpy(),
                "orbital_energies": e.tolist(), "lower": lo.tolist(), "upper": hi.tolist(), "n_occupied": occ,
                "alpha": alpha, "domain_pvalue": p, "in_domain": in_domain, "domain_beta": beta,

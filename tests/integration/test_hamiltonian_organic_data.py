@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -17,7 +19,7 @@ TINY = ["--basis", "sto-3g", "--xc", "pbe", "--conv-tol", "1e-9", "--no-progress
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
     out = tmp_path_factory.mktemp("organic") / "set"
-    for name in ("H2", "CO", "H2O", "HCN"):
+    for name in ("H2", "CO", "H2O", "HCN", "CH4", "NH3"):
         assert main(["data", "hamiltonian", "--molecule", name, "--n", "3", "--sigma", "0.02", "--sigma-max", "0.05",
                      "--rotate", "--h0", "fast", "--out", str(out), *TINY]) == 0
     return out
@@ -25,14 +27,14 @@ def folder(tmp_path_factory):
 
 def test_folder_reads_every_molecule_with_one_layout(folder):
     structures, layout = read_npz_folder(folder)
-    assert sorted({s.meta["molecule"] for s in structures}) == ["CO", "H2", "H2O", "HCN"]
-    assert layout.elements() == [1, 6, 7, 8] and len(structures) == 12
+    assert sorted({s.meta["molecule"] for s in structures}) == ["CH4", "CO", "H2", "H2O", "HCN", "NH3"]
+    assert layout.elements() == [1, 6, 7, 8] and len(structures) == 18
     assert {s.meta["h0"] for s in structures} == {"fast"}
 
 
 def test_split_by_molecule_keeps_each_molecule_in_one_split(folder, tmp_path):
     dm = HamiltonianDataModule(str(folder), split={"fractions": [0.5, 0.25, 0.25, 0.0], "seed": 3, "by": "molecule"},
-                               run_dir=str(tmp_path))
+                               run_dir=str(tmp_path), limit=12)  # the first 4 molecules (files in name order)
     dm.setup()
     owner = {}
     for name, structures in dm.structures.items():
@@ -71,3 +73,49 @@ def test_bad_folders(folder, tmp_path, capsys):
         read_npz_folder(mixed)
     assert main(["data", "hamiltonian", "--molecule", "H2,propane", "--out", str(tmp_path / "p"), *TINY]) == 2
     assert "unknown molecule 'propane'" in capsys.readouterr().err
+
+
+def test_fit_export_predict_unseen_molecule(folder, tmp_path):
+    """Many-molecule run through Lightning, split by molecule; the artifact builds H0 the fast way at prediction,
+    keeps the network only if it beats the ridge on val, and gives intervals to a molecule with more occupied
+    orbitals than any calibration molecule (deep orbitals borrow the deepest calibrated width, with a note)."""
+    import json
+
+    import torch
+    import yaml
+
+    from sciml.hamiltonian.artifact import load_model
+    from sciml.hamiltonian.data.gen_molecules import builtin_molecule
+    from sciml.hamiltonian.predict import predict_structures, structure_from_matrices, zeroth_step
+
+    root = Path(__file__).resolve().parents[2]
+    cfg = yaml.safe_load((root / "configs" / "hamiltonian" / "organic.yaml").read_text())
+    cfg["run_dir"] = str(tmp_path / "run")
+    cfg["data"] |= {"path": str(folder), "split": {"fractions": [0.34, 0.16, 0.34, 0.16], "seed": 0, "by": "molecule"},
+                    "batch_size": 4}
+    cfg["model"]["network"] |= {"hidden": "8x0e+4x1o+2x1e+2x2e+2x2o", "n_layers": 1, "lmax": 2, "radial_hidden": 16}
+    cfg["trainer"] |= {"max_epochs": 1, "enable_progress_bar": False, "enable_model_summary": False,
+                       "log_every_n_steps": 1}
+    cfg["calibration"]["domain"] = {"beta": 0.25}  # 12 structures: the domain test needs beta >= 1/(n_cal + 1)
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    assert main(["fit", "--config", str(config)]) == 0
+    split = json.loads((tmp_path / "run" / "split.json").read_text())
+    molecules = {k: {i.split(":")[0] for i in v} for k, v in split.items() if k != "seed"}
+    assert all(a.isdisjoint(b) for a in molecules.values() for b in molecules.values() if a is not b)
+    artifact = tmp_path / "model"
+    assert main(["export", "--ckpt", str(tmp_path / "run" / "checkpoints" / "best.ckpt"), "--output", str(artifact),
+                 "--calibrate"]) == 0
+    meta = json.loads((artifact / "metadata.json").read_text())
+    check = meta["metrics"]["network_check"]
+    predictor = load_model(artifact)
+    assert predictor.h0 == "fast"
+    out_w = torch.cat([predictor.module.net.node_out.weight, predictor.module.net.edge_out.weight])
+    assert (check["val_h_mae_network"] < check["val_h_mae_ridge"]) == check["network_used"]
+    assert bool((out_w == 0).all()) == (not check["network_used"])
+    assert "Network" in (artifact / "README.md").read_text()
+    numbers, pos = builtin_molecule("CH3OH")  # 9 occupied orbitals: more than any calibration molecule here
+    mats = zeroth_step(numbers, pos, "sto-3g", "pbe", predictor.layout, "CH3OH", h0=predictor.h0)
+    res = predict_structures([structure_from_matrices(numbers, pos, mats, predictor.layout, 9, "CH3OH")], predictor,
+                             alpha=0.5)  # 12 tiny structures: α = 0.1 would give infinite widths
+    assert np.isfinite(res[0]["lower"]).all() and "deepest calibrated orbital" in res[0]["note"]

@@ -1,0 +1,155 @@
+"""Unseen molecules: the general organic Hamiltonian model on molecules it never saw in any conformer (issue 15).
+
+For every held-out molecule (one npz per molecule, e.g. ``sciml data hamiltonian --molecule g2-holdout,md17-holdout
+--n 4 --sigma 0.02 --sigma-max 0.10 --rotate --h0 fast --seed 12 --out runs/data/organic-holdout``), side by side
+on the same conformers:
+
+- ``h0``: the zeroth-step Hamiltonian itself (no model);
+- ``ridge``: the closed-form tensor-product ridge alone (the model with its network read-outs zeroed);
+- ``network``: the shipped model (ridge + equivariant network), with its 90% orbital-energy intervals.
+
+Per molecule: H MAE over all matrix entries (µHa), occupied orbital-energy MAE (meV), |HOMO–LUMO gap error|
+(meV), interval coverage of the occupied + virtual orbitals in the target, domain flag rate. Each ``--model`` is
+one training seed (same split, same data; the ridge is the same closed form each time); the first is the shipped
+artifact. Writes key ``"organic"`` of ``benchmarks/results/hamiltonian.json`` (other keys kept).
+
+Usage::
+
+    OMP_NUM_THREADS=1 python benchmarks/hamiltonian_organic.py --holdout runs/data/organic-holdout \
+        --model checkpoints/organic-pbe-def2svp runs/organic-seed1-model runs/organic-seed2-model
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results" / "hamiltonian.json"
+HARTREE_MEV = 27211.386245988
+
+
+def ridge_only(predictor):
+    """A copy of ``predictor`` whose network read-outs are zero: the closed-form ridge alone predicts ΔH."""
+    import torch
+
+    out = copy.copy(predictor)
+    out.module = copy.deepcopy(predictor.module)
+    with torch.no_grad():
+        for lin in (out.module.net.node_out, out.module.net.edge_out):
+            lin.weight.zero_()
+    return out
+
+
+def reference(structure, layout, n_eig: int) -> dict:
+    """Reference H, H0 (e3nn order, Hartree) and the lowest ``n_eig`` orbital energies of H and of H0."""
+    from scipy.linalg import eigh
+
+    h, h0, s = (structure.to_dense(k, layout) for k in ("H", "H0", "S"))
+    return {"H": h, "H0": h0, "eps": eigh(h, s, eigvals_only=True)[:n_eig],
+            "eps_h0": eigh(h0, s, eigvals_only=True)[:n_eig]}
+
+
+def errors(h, eps, ref: dict, n_occ: int) -> dict:
+    """H MAE (µHa), occupied orbital-energy MAE (meV) and |gap error| (meV) of one prediction."""
+    gap = (eps[n_occ] - eps[n_occ - 1]) - (ref["eps"][n_occ] - ref["eps"][n_occ - 1])
+    return {"h_mae_microhartree": float(np.abs(h - ref["H"]).mean() * 1e6),
+            "occ_mae_mev": float(np.abs(eps[:n_occ] - ref["eps"][:n_occ]).mean() * HARTREE_MEV),
+            "gap_abs_error_mev": float(abs(gap) * HARTREE_MEV)}
+
+
+def score_molecule(path: Path, predictors: list, alpha: float) -> dict:
+    """Every method on every conformer of one held-out molecule; means over conformers."""
+    from sciml.hamiltonian.data.npz import read_npz
+    from sciml.hamiltonian.predict import predict_structures
+
+    structures, _ = read_npz(path)
+    layout = predictors[0].layout
+    rows = {"h0": [], "ridge": []} | {f"network_seed{k}": [] for k in range(len(predictors))}
+    cover, flagged = {k: [] for k in rows if k.startswith("network")}, {k: [] for k in rows if k.startswith("net")}
+    ridge_res = predict_structures(structures, ridge_only(predictors[0]), alpha=None)
+    for k, pred in enumerate(predictors):
+        res = predict_structures(structures, pred, alpha=alpha)
+        for s, r in zip(structures, res, strict=True):
+            eps, occ = np.asarray(r["orbital_energies"]), r["n_occupied"]
+            ref = reference(s, layout, len(eps))
+            rows[f"network_seed{k}"].append(errors(r["hamiltonian"], eps, ref, occ))
+            inside = (np.asarray(r["lower"]) <= ref["eps"]) & (ref["eps"] <= np.asarray(r["upper"]))
+            cover[f"network_seed{k}"].append(inside.mean())
+            flagged[f"network_seed{k}"].append(r["in_domain"] is False)
+            if k == 0:
+                rows["h0"].append(errors(ref["H0"], ref["eps_h0"], ref, occ))
+    for s, r in zip(structures, ridge_res, strict=True):
+        eps = np.asarray(r["orbital_energies"])
+        rows["ridge"].append(errors(r["hamiltonian"], eps, reference(s, layout, len(eps)), r["n_occupied"]))
+    out = {"n_conformers": len(structures), "n_atoms": int(len(structures[0].numbers)),
+           "n_ao": int(structures[0].to_dense("S", layout).shape[0])}
+    for name, rs in rows.items():
+        out[name] = {key: float(np.mean([r[key] for r in rs])) for key in rs[0]}
+        if name in cover:
+            out[name] |= {"coverage": float(np.mean(cover[name])), "flag_rate": float(np.mean(flagged[name]))}
+    return out
+
+
+def summarise(per_molecule: dict, n_seeds: int) -> dict:
+    """Means over held-out molecules and the Done-when checks of issue 15."""
+    methods = ["h0", "ridge"] + [f"network_seed{k}" for k in range(n_seeds)]
+    mean = {m: {key: float(np.mean([v[m][key] for v in per_molecule.values()]))
+                for key in per_molecule[next(iter(per_molecule))][m]} for m in methods}
+    beats = {f"seed{k}": sum(v[f"network_seed{k}"]["h_mae_microhartree"] < v["ridge"]["h_mae_microhartree"]
+                             for v in per_molecule.values()) for k in range(n_seeds)}
+    net = mean["network_seed0"]
+    done = {"mean_h_mae_le_150_microhartree": net["h_mae_microhartree"] <= 150,
+            "occupied_mae_le_20_mev": net["occ_mae_mev"] <= 20,
+            "coverage_in_0.85_0.95": 0.85 <= net["coverage"] <= 0.95,
+            "network_beats_ridge_every_seed": all(mean[f"network_seed{k}"]["h_mae_microhartree"]
+                                                  < mean["ridge"]["h_mae_microhartree"] for k in range(n_seeds))}
+    return {"mean_over_molecules": mean, "molecules_where_network_beats_ridge": beats, "n_molecules":
+            len(per_molecule), "done_when": done}
+
+
+def main(argv=None) -> int:
+    import torch
+
+    from sciml.hamiltonian.artifact import load_model
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--holdout", default="runs/data/organic-holdout", help="folder of held-out molecule npz files")
+    ap.add_argument("--model", nargs="+", default=["checkpoints/organic-pbe-def2svp"],
+                    help="artifacts, one per training seed (the first is the shipped model)")
+    ap.add_argument("--alpha", type=float, default=0.1)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    predictors = [load_model(m) for m in args.model]
+    files = sorted(Path(args.holdout).glob("*.npz"))
+    if not files:
+        raise SystemExit(f"{args.holdout} holds no .npz files; make them with the command in this script's docstring")
+    per_molecule = {}
+    for path in files:
+        per_molecule[path.stem] = score_molecule(path, predictors, args.alpha)
+        m = per_molecule[path.stem]
+        print(f"{path.stem:16s} atoms {m['n_atoms']:2d}  H MAE µHa: H0 {m['h0']['h_mae_microhartree']:9.1f}  ridge "
+              f"{m['ridge']['h_mae_microhartree']:8.1f}  net {m['network_seed0']['h_mae_microhartree']:8.1f}  "
+              f"occ meV: ridge {m['ridge']['occ_mae_mev']:7.1f} net {m['network_seed0']['occ_mae_mev']:7.1f}  "
+              f"cov {m['network_seed0']['coverage']:.2f}  flagged {m['network_seed0']['flag_rate']:.2f}", flush=True)
+    result = {"models": args.model, "holdout": str(args.holdout), "alpha": args.alpha, "threads": 1,
+              "h0_method": predictors[0].h0, "per_molecule": per_molecule,
+              **summarise(per_molecule, len(predictors)), "seconds": round(time.perf_counter() - start, 1),
+              "platform": platform.platform()}
+    data = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
+    data["organic"] = result
+    RESULTS.write_text(json.dumps(data, indent=1) + "\n")
+    print(json.dumps({"mean_over_molecules": result["mean_over_molecules"], "done_when": result["done_when"]},
+                     indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
