@@ -8,7 +8,10 @@ with ``μ_t`` the training mean on invariant channels (``0e``) and zero elsewher
 each irrep instance over its ``2L+1`` components and the training items (one scale per irrep instance, so
 the map commutes with rotations). Dead channels (unused by the type, or identically zero in the training
 data, e.g. the antisymmetric ``1e`` part of symmetric on-site ``p ⊗ p`` blocks) get ``σ = 0``: they
-normalise to 0 and denormalise to exactly ``μ``, so the network can never put an error there. This is the
+normalise to 0 and denormalise to exactly ``μ``, so the network can never put an error there. A type with no
+training item at all (e.g. an N–N pair when no training molecule has two nitrogens) is dead in every channel:
+the model then keeps H0 (+ the ridge, which has no weights for it either) instead of scaling untrained network
+outputs by an arbitrary unit. This is the
 "predict ΔH normalised per block type" of the design: magnitudes differ between core, valence, far pairs.
 """
 
@@ -54,7 +57,7 @@ class IrrepsNormalizer(nn.Module):
         inst, scalar = irrep_instances(irreps)
         n_inst = int(inst.max()) + 1 if len(inst) else 0
         mean = torch.zeros(n_types, x.shape[1], dtype=torch.float64)
-        std = torch.ones(n_types, x.shape[1], dtype=torch.float64)
+        std = torch.zeros(n_types, x.shape[1], dtype=torch.float64)  # a type absent from training stays dead
         for t in range(n_types):
             xt = x[types == t].double()
             if len(xt) == 0:
