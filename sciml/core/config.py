@@ -191,6 +191,9 @@ HAMILTONIAN = {
             "centres": Key([0.9, 1.5, 2.5, 3.5], "radial Gaussian centres, Å"), "width": Key(0.6, "their width, Å"),
             "two_hop": Key(False, "edges also see both atoms' neighbour sums")},
             "closed-form base model (needs use_h0); null: none", nullable=True),
+        "overlap_filter": Key(None, "molecules: keep the predicted ΔH only on overlap eigenvectors with eigenvalue "
+                                    "above this (near-null directions of S amplify errors); null: off", "float",
+                              nullable=True),
         "loss": Section({"real": Key(1.0, "normalised block MSE weight"), "eig": Key(0.0, "orbital-energy MSE weight"),
                          "eig_scale": Key(1e-3, "orbital-energy scale, Hartree")}),
         "optim": Section({"lr": Key(2e-3, "AdamW learning rate"), "weight_decay": Key(0.0, "AdamW weight decay"),

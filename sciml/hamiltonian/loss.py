@@ -56,6 +56,27 @@ def assemble(node_irreps, edge_irreps, batch, node_basis: BlockBasis, edge_basis
     return flat if base is None else base + flat
 
 
+def overlap_filter(delta_flat: torch.Tensor, batch, tau: float) -> torch.Tensor:
+    """Drop the part of a predicted correction ``ΔH`` that lies on near-null directions of the overlap ``S``.
+
+    With ``S = U diag(s) Uᵀ`` and ``P = Σ_{s_k > τ} u_k u_kᵀ``, returns ``P ΔH P`` per graph, flattened ``(F,)``.
+    An error ``δ`` in ``H`` reaches the orthogonalised matrix ``S^{-1/2} H S^{-1/2}`` as ``δ_kl / √(s_k s_l)``
+    in S's eigenbasis, so a small block error along a direction with ``s_k ≈ 10⁻³`` (diffuse functions on
+    neighbouring atoms; S's condition number is ~10⁴ for uracil in def2-SVP) moves orbital energies by tens
+    of eV. ``P`` is built from ``S`` alone, which rotates with the molecule, so the filter keeps the model's
+    equivariance (as long as ``τ`` does not cut through a degenerate eigenvalue of S). ``H0`` itself is not
+    filtered: only the learned correction.
+    """
+    out = []
+    for g, n in enumerate(batch.n_ao.tolist()):
+        a, b = int(batch.mat_ptr[g]), int(batch.mat_ptr[g + 1])
+        w, u = torch.linalg.eigh(batch.s[a:b].reshape(n, n).to(delta_flat))
+        keep = u[:, w > tau]
+        proj = keep @ keep.T
+        out.append((proj @ delta_flat[a:b].reshape(n, n) @ proj).reshape(-1))
+    return torch.cat(out) if out else delta_flat
+
+
 def orbital_energies(h_flat: torch.Tensor, batch) -> torch.Tensor:
     """The ``n_eig`` lowest eigenvalues of ``H C = S C ε`` per graph, concatenated ``(K,)`` (Hartree)."""
     out = []

@@ -27,7 +27,15 @@ import lightning as L
 import torch
 
 from sciml.core.types import Prediction
-from sciml.hamiltonian.loss import assemble, block_mae, crystal_bands, hamiltonian_loss, matrix_mae, orbital_energies
+from sciml.hamiltonian.loss import (
+    assemble,
+    block_mae,
+    crystal_bands,
+    hamiltonian_loss,
+    matrix_mae,
+    orbital_energies,
+    overlap_filter,
+)
 from sciml.hamiltonian.nn import BlockBasis, HamiltonianNet
 from sciml.hamiltonian.nn.normalize import IrrepsNormalizer
 from sciml.hamiltonian.nn.ridge import TensorProductRidge
@@ -62,11 +70,15 @@ class HamiltonianModule(L.LightningModule):
         Settings and fitted ``shapes`` of the closed-form :class:`TensorProductRidge` base model (with H0
         input only); the network then predicts the residual ``ΔH − ridge`` (``stats`` y_* describe it) from a
         zero-initialised read-out, so training starts at the closed-form solution.
+    overlap_filter : float or None
+        Molecules: keep only the part of the predicted ``ΔH`` on overlap eigenvectors with eigenvalue above it
+        (:func:`~sciml.hamiltonian.loss.overlap_filter`); ``None``: no filter (models before the option).
 
     """
 
     def __init__(self, network: dict, layout: dict, stats: dict | None = None, loss: dict | None = None,
-                 optim: dict | None = None, meta: dict | None = None, ridge: dict | None = None) -> None:
+                 optim: dict | None = None, meta: dict | None = None, ridge: dict | None = None,
+                 overlap_filter: float | None = None) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.layout = OrbitalLayout.from_dict(layout)
@@ -138,8 +150,12 @@ class HamiltonianModule(L.LightningModule):
 
     def matrices(self, batch, out: dict) -> torch.Tensor:
         """Molecules: the predicted symmetric matrices, flattened ``(F,)`` float64, Hartree."""
-        return assemble(out["d_node"], out["d_edge"], batch, self.node_basis, self.edge_basis,
-                        base=batch.h0 if self.use_h0 else None)
+        tau = self.hparams.get("overlap_filter")
+        if tau is None or not self.use_h0:
+            return assemble(out["d_node"], out["d_edge"], batch, self.node_basis, self.edge_basis,
+                            base=batch.h0 if self.use_h0 else None)
+        delta = assemble(out["d_node"], out["d_edge"], batch, self.node_basis, self.edge_basis)
+        return batch.h0 + overlap_filter(delta, batch, float(tau))
 
     def bands(self, batch, out: dict) -> tuple[torch.Tensor, torch.Tensor] | None:
         """Crystals: predicted and reference band energies (Hartree), flattened over crystals; None without k."""

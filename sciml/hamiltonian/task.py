@@ -70,7 +70,8 @@ def build(cfg: dict, run_dir: Path | None = None) -> tuple[HamiltonianDataModule
     meta = dict(dm.meta) | {"cutoff": dm.cutoff, "n_virtual": dm.n_virtual}
     module = HamiltonianModule(network=network, layout=dm.layout.to_dict(), stats=stats, loss=cfg["model"].get("loss"),
                                optim=cfg["model"].get("optim"), meta=meta,
-                               ridge=dict(settings, shapes=ridge.shapes) if ridge is not None else None)
+                               ridge=dict(settings, shapes=ridge.shapes) if ridge is not None else None,
+                               overlap_filter=cfg["model"].get("overlap_filter"))
     if ridge is not None:
         module.ridge.load_state_dict(ridge.state_dict(), strict=True)
     return dm, module
