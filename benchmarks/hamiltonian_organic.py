@@ -37,13 +37,11 @@ HARTREE_MEV = 27211.386245988
 
 def ridge_only(predictor):
     """A copy of ``predictor`` whose network read-outs are zero: the closed-form ridge alone predicts ΔH."""
-    import torch
+    from sciml.hamiltonian.select import disable_network
 
     out = copy.copy(predictor)
     out.module = copy.deepcopy(predictor.module)
-    with torch.no_grad():
-        for lin in (out.module.net.node_out, out.module.net.edge_out):
-            lin.weight.zero_()
+    disable_network(out.module)
     return out
 
 
