@@ -113,6 +113,7 @@ def summarise(per_molecule: dict, n_seeds: int) -> dict:
 
 
 def main(argv=None) -> int:
+    """Score every held-out molecule with every model, print a line each, merge key ``"organic"``."""
     import torch
 
     from sciml.hamiltonian.artifact import load_model

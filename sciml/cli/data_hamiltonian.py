@@ -79,8 +79,13 @@ def run(args, overrides: list[str]) -> int:
 
 def _molecule_jobs(args) -> list:
     """One job per conformer. Several molecules: each gets its own conformer seed (``molecule_seed``)."""
-    from sciml.hamiltonian.data.gen_molecules import (builtin_molecule, displaced_conformers, molecule_seed,
-                                                      read_xyz_frames, resolve_molecules)
+    from sciml.hamiltonian.data.gen_molecules import (
+        builtin_molecule,
+        displaced_conformers,
+        molecule_seed,
+        read_xyz_frames,
+        resolve_molecules,
+    )
     from sciml.hamiltonian.data.generate import MoleculeJob
 
     sigma = 0.05 if args.sigma is None else args.sigma

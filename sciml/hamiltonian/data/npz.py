@@ -87,8 +87,10 @@ def merge_layouts(layouts: list[OrbitalLayout], sources: list) -> OrbitalLayout:
 
 
 def read_npz_folder(folder: str | Path, names=("H", "H0", "S")) -> tuple[list[HamiltonianStructure], OrbitalLayout]:
-    """Read every ``*.npz`` of ``folder`` (one molecule per file, e.g. ``sciml data hamiltonian --molecule
-    g2-train``); ``meta["molecule"]`` is the file stem. All files must share basis, functional and H0 method.
+    """Read every ``*.npz`` of ``folder``: one molecule per file, one layout for all.
+
+    Made e.g. by ``sciml data hamiltonian --molecule g2-train``; ``meta["molecule"]`` is the file stem. All files
+    must share basis, functional and H0 method.
     """
     paths = sorted(Path(folder).glob("*.npz"))
     if not paths:
