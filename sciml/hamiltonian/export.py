@@ -266,9 +266,10 @@ def _domain_lines(m: dict) -> list[str]:
         sources = (f"reference coreset of {m['n_domain_reference']} train structures, calibrated on "
                    f"{m['n_domain_calib']} held-out train + calib structures")
         exch = "an exchangeable structure is flagged with probability ≤ β"
+    test = "unseen molecules" if m.get("declared_domain") == MANY_MOLECULES else "training-like"
     return ["", "## Applicability domain (`domain.json`)",
             f"- k-NN conformal novelty test on whitened invariant H0 features (pooled l = 0 irreps): {sources}; flag "
-            f"level β = {m['domain_beta']:g} ({exch}). Test split (training-like): {100 * m['test_flag_rate']:.1f}% "
+            f"level β = {m['domain_beta']:g} ({exch}). Test split ({test}): {100 * m['test_flag_rate']:.1f}% "
             f"flagged, in-domain coverage {m['test_in_domain_coverage']:.3f}."]
 
 
