@@ -150,12 +150,11 @@ class HamiltonianModule(L.LightningModule):
 
     def matrices(self, batch, out: dict) -> torch.Tensor:
         """Molecules: the predicted symmetric matrices, flattened ``(F,)`` float64, Hartree."""
-        tau = self.hparams.get("overlap_filter")
-        if tau is None or not self.use_h0:
-            return assemble(out["d_node"], out["d_edge"], batch, self.node_basis, self.edge_basis,
-                            base=batch.h0 if self.use_h0 else None)
         delta = assemble(out["d_node"], out["d_edge"], batch, self.node_basis, self.edge_basis)
-        return batch.h0 + overlap_filter(delta, batch, float(tau))
+        if not self.use_h0:
+            return delta
+        tau = self.hparams.get("overlap_filter")
+        return batch.h0 + (delta if tau is None else overlap_filter(delta, batch, float(tau)))
 
     def bands(self, batch, out: dict) -> tuple[torch.Tensor, torch.Tensor] | None:
         """Crystals: predicted and reference band energies (Hartree), flattened over crystals; None without k."""

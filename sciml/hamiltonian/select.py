@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import torch
 
-from sciml.hamiltonian.loss import matrix_mae
 from sciml.hamiltonian.module import HamiltonianModule
 
 __all__ = ["disable_network", "network_check"]
@@ -24,12 +23,11 @@ def disable_network(module: HamiltonianModule) -> None:
             lin.weight.zero_()
 
 
-@torch.no_grad()
 def val_h_mae(module: HamiltonianModule, loader) -> float:
-    """Mean over structures of the H MAE (µHa) of ``module`` on ``loader``."""
-    module.eval()
-    maes = [matrix_mae(module(batch)[0], batch.h, batch) for batch in loader]
-    return float(torch.cat(maes).mean()) * 1e6
+    """Mean over structures of the H MAE (µHa) on ``loader``, as the exported metrics measure it."""
+    from sciml.hamiltonian.export import evaluate
+
+    return float(evaluate(module, loader)["h_mae"].mean())
 
 
 def network_check(module: HamiltonianModule, dm) -> dict:

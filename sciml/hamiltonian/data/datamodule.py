@@ -164,7 +164,7 @@ class HamiltonianDataModule(SplitDataModule):
         self.meta = {k: structures[0].meta.get(k) for k in ("basis", "xc")}
         if not self.periodic:
             self.meta["h0"] = str(structures[0].meta.get("h0", "full"))
-        if self.periodic:
+        else:
             from sciml.hamiltonian.data.gen_crystal import generator_settings
 
             self.meta |= {"periodic": True, "generator": generator_settings(structures)}
