@@ -31,13 +31,18 @@ def model_card(name: str, cfg: dict, data: dict, metrics: dict, alpha: float, ch
     if check is not None:
         verdict = (f"on the {check['n_val']} val conditions the model's mean MSE is {check['flow_mse']:.4g} against "
                    f"{check['additive_mse']:.4g} for the additive baseline" if check["n_val"] else "val is empty")
+        if check["n_val"] and check["n_val"] < check.get("min_val", 0):
+            verdict += (f"; fewer than {check['min_val']} val conditions are not evidence of beating it, so the "
+                        "simpler model stands")
         if flow.get("additive_fallback"):
             summary += (f"\n\n**This model does not beat the additive baseline on val** ({verdict}): it predicts "
                         "with the additive prior (`flow.additive_fallback: true`). The generated mean of a condition "
-                        "is exactly the additive baseline's: mean of the given control cells + the sum of the "
-                        "measured single effects (a single not measured in training: the mean training effect), "
-                        "clipped at 0; the network only shapes the cells, which are moved to the nearest "
-                        "non-negative population with exactly that mean.")
+                        "is the additive baseline's: mean of the given control cells + the sum of the measured "
+                        "single effects (a single not measured in training: the mean training effect), clipped at "
+                        "0; the network only shapes the cells, which are moved to the nearest non-negative "
+                        "population with exactly that mean. A single measured in several cell types counts with the "
+                        "mean of its effects, which is exactly the baseline's for a cell type it was not measured "
+                        "in (cell-type transfer), not for one it was.")
         else:
             summary += f"\n\nBetter than the additive baseline on val: {verdict}."
     sources = [f"- source: `{cfg['data']['path']}` (sha256 `{data['data_sha256'][:16]}…`)",

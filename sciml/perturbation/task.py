@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from sciml.perturbation.data.datamodule import PerturbationDataModule
@@ -59,11 +60,14 @@ def training_doubles(dm: PerturbationDataModule) -> list[tuple[int, int, torch.T
 
 
 def training_single_effects(dm: PerturbationDataModule) -> dict[int, torch.Tensor]:
-    """``{vocabulary index: mean effect (G,)}`` of the single perturbations in the training split."""
-    out = {}
+    """``{vocabulary index: mean effect (G,)}`` of the single perturbations in the training split.
+
+    A gene perturbed alone in several cell types gets the mean of its effects over them (each against its own cell
+    type's controls), the additive baseline's stand-in for a cell type it was not measured in.
+    """
+    per_gene: dict[int, list[np.ndarray]] = {}
     for key in dm.conditions["train"]:
-        genes = dm.perturbation(key)
-        if len(genes) == 1:
+        if len(dm.perturbation(key)) == 1:
             delta = dm.cells(key).mean(0) - dm.control_matrix(key).mean(0)
-            out[dm.encode(key)[0]] = torch.as_tensor(delta, dtype=torch.float32)
-    return out
+            per_gene.setdefault(dm.encode(key)[0], []).append(delta)
+    return {i: torch.as_tensor(np.mean(d, axis=0), dtype=torch.float32) for i, d in per_gene.items()}

@@ -54,13 +54,33 @@ def test_projection_is_the_nearest_nonnegative_population_with_the_mean(seed):
     torch.testing.assert_close(shifted.mean(1), mean)
 
 
-@pytest.fixture(scope="module", params=["additive", "unseen_single"])
+def _cell_types(n: int = 3):
+    """Three cell types with different effects of the same genes (toys of different seeds), one screen."""
+    import anndata as ad
+
+    parts = []
+    for t in range(n):
+        part = toy_adata(n_genes=10, n_singles=4, doubles=[], cells=60, control_cells=200, noise=0.5, seed=10 + t)
+        part.obs["cell_type"] = f"line{t}"
+        part.obs_names = [f"t{t}_{c}" for c in part.obs_names]
+        parts.append(part)
+    return ad.concat(parts)
+
+
+@pytest.fixture(scope="module", params=["additive", "unseen_single", "by_cell_type"])
 def dm(request, tmp_path_factory):
-    """Zero-inflated screen (many log1p zeros, some additive sums below zero) so the clip and projection matter."""
-    adata = toy_adata(n_genes=10, n_singles=6, cells=60, control_cells=300, noise=0.5, seed=4)
+    """Zero-inflated screen (many log1p zeros, some additive sums below zero) so the clip and projection matter.
+
+    ``by_cell_type``: one of three cell types held out (cell-line transfer): each gene's effect there is the mean
+    of its effects in the two training cell types, for the baseline and the fallen-back model alike.
+    """
+    kind = request.param
+    adata = _cell_types() if kind == "by_cell_type" else toy_adata(n_genes=10, n_singles=6, cells=60,
+                                                                    control_cells=300, noise=0.5, seed=4)
     adata.X = np.maximum(adata.X - 5.0, 0.0).astype(np.float32)
     path = write_h5ad(adata, tmp_path_factory.mktemp("fb") / "toy.h5ad")
-    dm = PerturbationDataModule(str(path), split={"kind": request.param, "seed": 1, "holdout": 0.5}, knn=4)
+    dm = PerturbationDataModule(str(path), split={"kind": kind, "seed": 1, "holdout": 0.5}, knn=4,
+                                cell_type_key="cell_type" if kind == "by_cell_type" else None)
     dm.setup()
     return dm
 
@@ -86,6 +106,8 @@ def test_fallen_back_model_generates_the_additive_baselines_mean(dm):
     unknown = [k for k in cells if not all(bool(m.has_effect[i]) for i in dm.encode(k) if i >= 0)]
     if dm.split["kind"] == "unseen_single":
         assert unknown  # the stand-in of a single never measured in training is exercised
+    if dm.split["kind"] == "by_cell_type":  # every test gene was measured, in other cell types only
+        assert not unknown and all(additive.train_delta.get(k) is None for k in cells)
     sd = max(float(x.std(0).max()) for x in cells.values())
     for key, x in cells.items():
         assert (x >= 0).all()
@@ -114,3 +136,42 @@ def test_old_states_without_the_stand_in_load_with_the_mean_single(dm):
     fresh = PerturbationFlow(**m.hparams)
     fresh.load_state_dict(state, strict=True)
     torch.testing.assert_close(fresh.unknown_effect, m.single_effect[m.has_effect].mean(0))
+
+
+def test_a_gene_measured_in_several_cell_types_counts_with_its_mean_effect(tmp_path):
+    """Additive baseline and the model's single-effect table agree: the mean over the cell types it was measured in."""
+    path = write_h5ad(_cell_types(), tmp_path / "lines.h5ad")
+    dm = PerturbationDataModule(str(path), split={"kind": "by_cell_type", "seed": 0, "holdout_cell_type": "line2"},
+                                knn=4, cell_type_key="cell_type")
+    dm.setup()
+    additive = Additive().fit(dm)
+    table = training_single_effects(dm)
+    for gene in ("g00", "g03"):
+        per_line = [additive.train_delta[k] for k in additive.train_delta if dm.perturbation(k) == (gene,)]
+        assert len(per_line) == 2 and np.abs(per_line[0] - per_line[1]).max() > 0.1  # the lines differ
+        np.testing.assert_allclose(additive.gene_delta[gene], np.mean(per_line, axis=0), rtol=1e-6)
+        np.testing.assert_allclose(table[dm.perturbation_genes.index(gene)].numpy(), additive.gene_delta[gene],
+                                   rtol=1e-5, atol=1e-6)
+        key = next(k for k in dm.conditions["train"] if dm.perturbation(k) == (gene,))
+        np.testing.assert_array_equal(additive._single(gene, "line0" if "line0" in key else "line1"),
+                                      additive.train_delta[key])  # its own cell type keeps its own effect
+
+
+def test_beating_additive_needs_enough_val_conditions(tmp_path, monkeypatch):
+    """A perfect predictor beats additive on val only when val holds at least ``min_val`` conditions."""
+    import sciml.perturbation.evaluate as evaluate
+    from sciml.perturbation.select import MIN_VAL_CONDITIONS, versus_additive
+
+    adata = toy_adata(n_genes=8, n_singles=5, cells=40, control_cells=100, interaction=0.8, seed=2)
+    dm = PerturbationDataModule(str(write_h5ad(adata, tmp_path / "toy.h5ad")),
+                                split={"kind": "additive", "seed": 0, "holdout": 0.6}, knn=4)
+    dm.setup()
+    n_val = len(dm.conditions["val"])
+    assert n_val >= 1
+    monkeypatch.setattr(evaluate, "split_predictions", lambda m, dm, split, *a, **k: {
+        key: dm.cells(key) for key in dm.conditions[split]})
+    enough = versus_additive(None, dm, min_val=n_val)
+    assert enough["flow_mse"] < 1e-10 < enough["additive_mse"] and enough["beats_additive"]
+    too_few = versus_additive(None, dm, min_val=n_val + 1)
+    assert too_few["flow_mse"] == enough["flow_mse"] and not too_few["beats_additive"]
+    assert versus_additive(None, dm)["min_val"] == MIN_VAL_CONDITIONS == 3

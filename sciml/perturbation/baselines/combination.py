@@ -39,6 +39,7 @@ class LearnedCombination(Additive):
     def _fit(self) -> None:
         from sklearn.ensemble import HistGradientBoostingRegressor
 
+        super()._fit()
         rows = [(f, self.train_delta[c]) for c in self.train_delta if (f := self._features(c)) is not None]
         self.model = None
         if rows:

@@ -4,8 +4,9 @@ All work on mean effects Δ_c = mean(cells of c) − mean(control cells of c's c
 
 - :class:`NoChange`: Δ = 0 (predict the control mean);
 - :class:`TrainMean`: Δ = mean of the training conditions' Δ;
-- :class:`Additive`: Δ_{a+b} = Δ_a + Δ_b from the training singles (an unseen single falls back to the
-  training mean, so the baseline stays defined on every split);
+- :class:`Additive`: Δ_{a+b} = Δ_a + Δ_b from the training singles (a single measured only in other cell types:
+  the mean of its effects there; an unseen single falls back to the training mean, so the baseline stays defined on
+  every split);
 - :class:`Linear`: Y ≈ G K Pᵀ (Ahlmann-Eltze, Huber & Anders, Nat. Methods 2025): Y (genes × conditions) the
   training Δ centred by their row mean b, G the top-``dim`` principal gene embeddings of Y, P the condition
   embeddings (sum of the rows of G of the perturbed genes; 0 for an unmeasured gene),
@@ -82,9 +83,17 @@ class Additive(Baseline):
 
     name = "additive"
 
+    def _fit(self) -> None:
+        per_gene: dict[str, list[np.ndarray]] = {}
+        for key, delta in self.train_delta.items():
+            genes = self.dm.perturbation(key)
+            if len(genes) == 1:
+                per_gene.setdefault(genes[0], []).append(delta)
+        self.gene_delta = {g: np.mean(d, axis=0) for g, d in per_gene.items()}  # mean over cell types
+
     def _single(self, gene: str, cell_type: str) -> np.ndarray:
         key = make_key(format_condition([gene]), cell_type)
-        return self.train_delta.get(key, self.mean_delta)
+        return self.train_delta[key] if key in self.train_delta else self.gene_delta.get(gene, self.mean_delta)
 
     def delta(self, condition: str) -> np.ndarray:
         cell_type = split_key(self.dm.key(condition))[1]
