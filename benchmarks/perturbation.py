@@ -187,8 +187,9 @@ def exact_additive(dm, seed: int, truth: dict | None) -> pd.DataFrame:
 def fallback_gap(cells: dict, dm) -> float:
     """Largest |generated mean − max(additive baseline's mean, 0)| over the conditions of ``cells`` and genes.
 
-    Float rounding (~1e-6) when the additive fallback is exact: always on a one-cell-type screen; across cell types
-    the model's singles are per gene while the baseline's are per cell type, so they can differ there.
+    Float rounding (~1e-6) when the additive fallback is exact: on a one-cell-type screen and under cell-type
+    transfer (a gene's effect is the mean over the cell types it was measured in, for both); for a cell type where
+    the gene was measured the baseline uses that cell type's effect and the model the mean, so they can differ.
     """
     from sciml.perturbation.baselines.simple import Additive
 

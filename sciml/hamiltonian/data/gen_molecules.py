@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["G2_ORGANIC", "MD17", "builtin_molecule", "conformer_sigmas", "displaced_conformers", "molecule_seed",
+__all__ = ["G2_ORGANIC", "MD17", "S22_MONOMERS", "builtin_molecule", "conformer_sigmas", "displaced_conformers", "molecule_seed",
            "organic_split", "read_xyz_frames", "resolve_molecules"]
 
 _WATER = [("O", 0.0, 0.0, 0.117), ("H", 0.0, 0.757, -0.469), ("H", 0.0, -0.757, -0.469)]
@@ -76,10 +76,16 @@ G2_ORGANIC = (
     "C3H6_D3h", "C4H4O", "CH3CH2OH", "CH3CONH2", "CH3OCH3", "2-butyne", "C2H6NH", "C4H4NH", "CH3CH2NH2", "CH3COCH3",
     "bicyclobutane", "butadiene", "cyclobutene", "methylenecyclopropane", "C3H8", "C5H5N", "C2H6CHOH", "C6H6",
     "CH3CH2OCH3", "cyclobutane", "isobutene", "C3H9N", "C5H8", "isobutane", "trans-butane")
+#: aromatic H/C/N/O monomers of ASE's S22 complexes (``ase.collections.s22``, MP2/CCSD(T) geometries): name ->
+#: (complex, monomer 0 or 1). Uracil (an MD17 hold-out) and thymine (5-methyluracil, the same scaffold) are left out.
+S22_MONOMERS = {"2-pyridone": ("2-pyridoxine_2-aminopyridine_complex", 0),
+                "2-aminopyridine": ("2-pyridoxine_2-aminopyridine_complex", 1),
+                "adenine": ("Adenine-thymine_Watson-Crick_complex", 0), "pyrazine": ("Pyrazine_dimer", 0),
+                "indole": ("Indole-benzene_complex_stack", 1), "phenol": ("Phenol_dimer", 0)}
 #: MD17 molecules that a general model must never train on (issue 15); water and ethanol may be trained on
 MD17_HOLDOUT = ("malondialdehyde", "uracil")
 #: molecule-list aliases of ``--molecule`` (see :func:`organic_split`)
-ALIASES = ("g2-organic", "g2-train", "g2-holdout", "md17-holdout")
+ALIASES = ("g2-organic", "g2-train", "g2-holdout", "md17-holdout", "s22-monomers")
 
 
 def organic_split(seed: int = 0, n_holdout: int = 8) -> tuple[list[str], list[str]]:
@@ -97,7 +103,7 @@ def resolve_molecules(spec: str) -> list[str]:
     """Molecule names of a ``--molecule`` value: comma-separated names and/or aliases (:data:`ALIASES`)."""
     train, held = organic_split()
     table = {"g2-organic": list(G2_ORGANIC), "g2-train": train, "g2-holdout": held,
-             "md17-holdout": list(MD17_HOLDOUT)}
+             "md17-holdout": list(MD17_HOLDOUT), "s22-monomers": list(S22_MONOMERS)}
     names = []
     for part in (p.strip() for p in spec.split(",") if p.strip()):
         names += table.get(part, [part])
@@ -107,10 +113,10 @@ def resolve_molecules(spec: str) -> list[str]:
 
 
 def _check_name(name: str) -> None:
-    if name not in MD17 and name not in G2_ORGANIC:
+    if name not in MD17 and name not in G2_ORGANIC and name not in S22_MONOMERS:
         raise ValueError(f"unknown molecule {name!r}; built-in: {', '.join(MD17)}, the G2 names of "
-                         f"{', '.join(G2_ORGANIC[:6])}, ... (G2_ORGANIC), aliases {', '.join(ALIASES)} "
-                         "(or pass --xyz FILE)")
+                         f"{', '.join(G2_ORGANIC[:6])}, ... (G2_ORGANIC), the S22 monomers "
+                         f"{', '.join(S22_MONOMERS)}, aliases {', '.join(ALIASES)} (or pass --xyz FILE)")
 
 
 def molecule_seed(seed: int, name: str) -> int:
@@ -121,12 +127,21 @@ def molecule_seed(seed: int, name: str) -> int:
 
 
 def builtin_molecule(name: str) -> tuple[np.ndarray, np.ndarray]:
-    """Atomic numbers (n,) and positions (n, 3) Å of a built-in molecule (MD17 set or G2 organic)."""
+    """Atomic numbers (n,) and positions (n, 3) Å of a built-in molecule (MD17 set, G2 organic, S22 monomer)."""
     _check_name(name)
     if name in MD17:
         atoms = MD17[name]
         return (np.array([_SYMBOLS[a[0]] for a in atoms], dtype=np.int64),
                 np.array([a[1:] for a in atoms], dtype=np.float64))
+    if name in S22_MONOMERS:
+        from ase.collections import s22
+        from ase.data.s22 import get_number_of_dimer_atoms
+
+        complex_name, part = S22_MONOMERS[name]
+        n_first = get_number_of_dimer_atoms(complex_name)[0]
+        atoms = s22[complex_name]
+        atoms = atoms[:n_first] if part == 0 else atoms[n_first:]
+        return atoms.numbers.astype(np.int64), atoms.positions.astype(np.float64)
     from ase.collections import g2
 
     atoms = g2[name]
