@@ -189,8 +189,13 @@ HAMILTONIAN = {
         "ridge": Section({
             "lmax": Key(2, "degree of the edge harmonics"), "lam": Key(1e-6, "ridge penalty"),
             "centres": Key([0.9, 1.5, 2.5, 3.5], "radial Gaussian centres, Å"), "width": Key(0.6, "their width, Å"),
-            "two_hop": Key(False, "edges also see both atoms' neighbour sums")},
+            "two_hop": Key(False, "edges also see both atoms' neighbour sums"),
+            "scale_floor": Key(0.0, "feature columns are scaled by max(RMS, floor x largest RMS) of their type: "
+                                    "nearly dead columns are not blown up (unseen short bonds); 0: plain RMS")},
             "closed-form base model (needs use_h0); null: none", nullable=True),
+        "input_clip": Key(None, "bound of the network's normalised H0 inputs, in training standard deviations per "
+                                "irrep instance (inputs far outside the training range are not extrapolated); null: off",
+                          "float", nullable=True),
         "overlap_filter": Key(None, "molecules: keep the predicted ΔH only on overlap eigenvectors with eigenvalue "
                                     "above this (near-null directions of S amplify errors); null: off", "float",
                               nullable=True),

@@ -37,7 +37,7 @@ from sciml.hamiltonian.loss import (
     overlap_filter,
 )
 from sciml.hamiltonian.nn import BlockBasis, HamiltonianNet
-from sciml.hamiltonian.nn.normalize import IrrepsNormalizer
+from sciml.hamiltonian.nn.normalize import IrrepsNormalizer, clip_instances, irrep_instances
 from sciml.hamiltonian.nn.ridge import TensorProductRidge
 from sciml.hamiltonian.orbitals import OrbitalLayout
 from sciml.hamiltonian.units import HARTREE_MEV
@@ -73,12 +73,16 @@ class HamiltonianModule(L.LightningModule):
     overlap_filter : float or None
         Molecules: keep only the part of the predicted ``ΔH`` on overlap eigenvectors with eigenvalue above it
         (:func:`~sciml.hamiltonian.loss.overlap_filter`); ``None``: no filter (models before the option).
+    input_clip : float or None
+        Bound of the network's normalised H0 inputs, in training standard deviations per irrep instance
+        (:func:`~sciml.hamiltonian.nn.normalize.clip_instances`): an input far outside the training range is put
+        on that sphere instead of being extrapolated; ``None``: no bound (models before the option).
 
     """
 
     def __init__(self, network: dict, layout: dict, stats: dict | None = None, loss: dict | None = None,
                  optim: dict | None = None, meta: dict | None = None, ridge: dict | None = None,
-                 overlap_filter: float | None = None) -> None:
+                 overlap_filter: float | None = None, input_clip: float | None = None) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.layout = OrbitalLayout.from_dict(layout)
@@ -97,6 +101,8 @@ class HamiltonianModule(L.LightningModule):
         # components each type uses; the loss also skips channels constant in the training targets (σ = 0)
         self.register_buffer("node_mask", torch.stack([self.node_basis.mask(*p) for p in self.node_basis.pairs]))
         self.register_buffer("edge_mask", torch.stack([self.edge_basis.mask(*p) for p in self.edge_basis.pairs]))
+        for kind, basis in (("node", self.node_basis), ("edge", self.edge_basis)):
+            self.register_buffer(f"{kind}_inst", irrep_instances(basis.irreps)[0], persistent=False)
         self.ridge = None
         if ridge and self.use_h0:
             self.ridge = TensorProductRidge.from_settings(self.node_basis, self.edge_basis, ridge)
@@ -134,6 +140,9 @@ class HamiltonianModule(L.LightningModule):
         nt, et = batch.node_type, batch.edge_type[sel]
         xn = self.norms["x_node"].normalize(batch.x_node, nt).to(dt)
         xe = self.norms["x_edge"].normalize(batch.x_edge[sel], et).to(dt)
+        clip = self.hparams.get("input_clip")
+        if clip is not None:
+            xn, xe = clip_instances(xn, self.node_inst, float(clip)), clip_instances(xe, self.edge_inst, float(clip))
         node, edge = self.net(nt, et, vec64[sel].to(dt), batch.edge_index[:, sel], xn, xe)
         node, edge = node * self.node_mask[nt], edge * self.edge_mask[et]
         bn, be = self.base(batch, vec64)

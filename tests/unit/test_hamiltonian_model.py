@@ -49,14 +49,14 @@ def reference(rng):
     return pos, a + a.T, np.eye(n) + 0.5 * (b + b.T) / n
 
 
-def build(samples, use_h0=True, ridge=False):
+def build(samples, use_h0=True, ridge=False, input_clip=None):
     torch.manual_seed(0)
     node_basis, edge_basis = bases(LAYOUT)
     dm = SimpleNamespace(datasets={"train": samples}, node_basis=node_basis, edge_basis=edge_basis, collate_fn=collate)
     fitted = fit_ridge(dm, RIDGE) if ridge else None
     stats = normalisation_stats(dm, use_h0, fitted)
     module = HamiltonianModule(network=NET | {"use_h0": use_h0}, layout=LAYOUT.to_dict(), stats=stats,
-                               ridge=RIDGE | {"shapes": fitted.shapes} if ridge else None)
+                               ridge=RIDGE | {"shapes": fitted.shapes} if ridge else None, input_clip=input_clip)
     if ridge:
         module.ridge.load_state_dict(fitted.state_dict())
         assert len(fitted.shapes) > 0
@@ -76,11 +76,13 @@ def predict(module, structures):
     return h.reshape(len(structures), n, n)
 
 
-@pytest.mark.parametrize(("use_h0", "ridge"), [(True, False), (False, False), (True, True)])
-def test_rotation_translation_equivariance(use_h0, ridge):
+@pytest.mark.parametrize(("use_h0", "ridge", "clip"), [(True, False, None), (False, False, None),
+                                                     (True, True, None), (True, True, 0.3)])
+def test_rotation_translation_equivariance(use_h0, ridge, clip):
+    """``clip`` 0.3: the input bound is active on most irrep instances (their training RMS is 1 per component)."""
     rng = np.random.default_rng(0)
     pos, h0, s = reference(rng)
-    module = build([structure_to_sample(molecule(pos, h0, s), LAYOUT, *bases(LAYOUT))], use_h0, ridge)
+    module = build([structure_to_sample(molecule(pos, h0, s), LAYOUT, *bases(LAYOUT))], use_h0, ridge, clip)
     for k in range(3):
         q = -random_orthogonal(rng, parity=False) if k == 1 else random_orthogonal(rng, parity=False)  # k=1: improper
         d = block_wigner(LAYOUT, NUMBERS, q).numpy()
@@ -115,3 +117,22 @@ def test_block_basis_round_trip_and_equivariance():
     d8, d1 = block_wigner(LAYOUT, [8], q), block_wigner(LAYOUT, [1], q)
     x_rot = basis.to_irreps(d8 @ block @ d1.T, 8, 1)
     assert torch.allclose(x_rot, x @ basis.irreps.D_from_matrix(torch.from_numpy(q)).T, atol=1e-6)  # e3nn's D ~1e-7
+
+
+def test_input_clip_bounds_instance_norms_and_is_identity_inside():
+    from sciml.hamiltonian.nn.normalize import clip_instances, irrep_instances
+
+    inst = irrep_instances(bases(LAYOUT)[1].irreps)[0]
+    dims = torch.bincount(inst).double()
+    x = torch.randn(50, len(inst), generator=torch.Generator().manual_seed(0)) * 30.0
+    out = clip_instances(x, inst, 2.0)
+    norms = torch.zeros(50, len(dims)).index_add_(1, inst, out * out).sqrt()
+    assert float((norms - 2.0 * dims.sqrt()).max()) <= 1e-12  # on or inside the sphere
+    inside = x / 1e3  # far inside: unchanged
+    torch.testing.assert_close(clip_instances(inside, inst, 2.0), inside, rtol=0, atol=0)
+    big = torch.zeros(50, len(dims)).index_add_(1, inst, x * x).sqrt() > 2.0 * dims.sqrt()
+    direction = (out / x)[:, :]  # a clipped instance keeps its direction: one positive factor per instance
+    for k in range(len(dims)):
+        f = direction[:, inst == k]
+        assert torch.allclose(f, f[:, :1].expand_as(f)) and bool((f > 0).all())
+        assert bool((f[big[:, k], 0] < 1).all())

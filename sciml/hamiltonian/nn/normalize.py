@@ -77,3 +77,19 @@ class IrrepsNormalizer(nn.Module):
     def denormalize(self, x: torch.Tensor, types: torch.Tensor) -> torch.Tensor:
         """``x̂ σ_t + μ_t`` in float64 (Hartree); exactly ``μ_t`` (0 off ``0e``) on dead channels."""
         return x.double() * self.std[types] + self.mean[types]
+
+
+def clip_instances(x: torch.Tensor, inst: torch.Tensor, limit: float) -> torch.Tensor:
+    """Shrink every irrep instance of ``x (n, dim)`` whose norm exceeds ``limit·√(2L+1)`` onto that sphere.
+
+    ``inst (dim,)``: instance index of each component (:func:`irrep_instances`). On normalised inputs an instance
+    has RMS ~1 per component in training, so ``limit`` counts training standard deviations. Norms are invariant,
+    so the map commutes with rotations (E(3)-equivariant) and is the identity inside the ball: it only bounds
+    inputs far outside the training range (an unseen short bond), where a polynomial network would extrapolate
+    without bound.
+    """
+    n_inst = int(inst.max()) + 1 if len(inst) else 0
+    sq = torch.zeros(x.shape[0], n_inst, dtype=x.dtype, device=x.device).index_add_(1, inst, x * x)
+    bound = limit * torch.bincount(inst, minlength=n_inst).to(x).sqrt()
+    factor = (bound / sq.sqrt().clamp_min(torch.finfo(x.dtype).tiny)).clamp(max=1.0)
+    return x * factor[:, inst]
