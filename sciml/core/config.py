@@ -194,7 +194,8 @@ HAMILTONIAN = {
                                     "nearly dead columns are not blown up (unseen short bonds); 0: plain RMS")},
             "closed-form base model (needs use_h0); null: none", nullable=True),
         "input_clip": Key(None, "bound of the network's normalised H0 inputs, in training standard deviations per "
-                                "irrep instance (inputs far outside the training range are not extrapolated); null: off",
+                                "irrep instance (inputs far outside the training range are not extrapolated); null: "
+                                "off",
                           "float", nullable=True),
         "overlap_filter": Key(None, "molecules: keep the predicted ΔH only on overlap eigenvectors with eigenvalue "
                                     "above this (near-null directions of S amplify errors); null: off", "float",

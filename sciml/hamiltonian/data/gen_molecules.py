@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["G2_ORGANIC", "MD17", "S22_MONOMERS", "builtin_molecule", "conformer_sigmas", "displaced_conformers", "molecule_seed",
-           "organic_split", "read_xyz_frames", "resolve_molecules"]
+__all__ = ["G2_ORGANIC", "MD17", "S22_MONOMERS", "builtin_molecule", "conformer_sigmas", "displaced_conformers",
+           "molecule_seed", "organic_split", "read_xyz_frames", "resolve_molecules"]
 
 _WATER = [("O", 0.0, 0.0, 0.117), ("H", 0.0, 0.757, -0.469), ("H", 0.0, -0.757, -0.469)]
 _ETHANOL = [("C", 1.1879, -0.3829, 0.0), ("C", 0.0, 0.5526, 0.0), ("O", -1.1867, -0.2472, 0.0),
