@@ -9,7 +9,8 @@ on the same conformers:
 - ``network``: the shipped model (ridge + equivariant network), with its 90% orbital-energy intervals.
 
 Per molecule: H MAE over all matrix entries (µHa), occupied orbital-energy MAE (meV), |HOMO–LUMO gap error|
-(meV), interval coverage of the occupied + virtual orbitals in the target, domain flag rate. Each ``--model`` is
+(meV), interval coverage of the occupied + virtual orbitals in the target (an infinite interval covers; their share
+is ``infinite_share``), domain flag rate. Each ``--model`` is
 one training seed (same split, same data; the ridge is the same closed form each time); the first is the shipped
 artifact. Writes key ``"organic"`` of ``benchmarks/results/hamiltonian.json`` (other keys kept).
 
@@ -71,6 +72,7 @@ def score_molecule(path: Path, predictors: list, alpha: float) -> dict:
     layout = predictors[0].layout
     rows = {"h0": [], "ridge": []} | {f"network_seed{k}": [] for k in range(len(predictors))}
     cover, flagged = {k: [] for k in rows if k.startswith("network")}, {k: [] for k in rows if k.startswith("net")}
+    infinite = {k: [] for k in cover}
     ridge_res = predict_structures(structures, ridge_only(predictors[0]), alpha=None)
     for k, pred in enumerate(predictors):
         res = predict_structures(structures, pred, alpha=alpha)
@@ -80,6 +82,7 @@ def score_molecule(path: Path, predictors: list, alpha: float) -> dict:
             rows[f"network_seed{k}"].append(errors(r["hamiltonian"], eps, ref, occ))
             inside = (np.asarray(r["lower"]) <= ref["eps"]) & (ref["eps"] <= np.asarray(r["upper"]))
             cover[f"network_seed{k}"].append(inside.mean())
+            infinite[f"network_seed{k}"].append(np.isinf(np.asarray(r["upper"])).mean())
             flagged[f"network_seed{k}"].append(r["in_domain"] is False)
             if k == 0:
                 rows["h0"].append(errors(ref["H0"], ref["eps_h0"], ref, occ))
@@ -91,7 +94,8 @@ def score_molecule(path: Path, predictors: list, alpha: float) -> dict:
     for name, rs in rows.items():
         out[name] = {key: float(np.mean([r[key] for r in rs])) for key in rs[0]}
         if name in cover:
-            out[name] |= {"coverage": float(np.mean(cover[name])), "flag_rate": float(np.mean(flagged[name]))}
+            out[name] |= {"coverage": float(np.mean(cover[name])), "flag_rate": float(np.mean(flagged[name])),
+                          "infinite_share": float(np.mean(infinite[name]))}
     return out
 
 

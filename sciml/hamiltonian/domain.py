@@ -22,6 +22,7 @@ made the intervals of the most typical structures too narrow, their misses conce
 The calibrator is Mondrian by orbital (group = orbital index minus the number of occupied orbitals: HOMO −1,
 LUMO 0) on the normalised score ``|ε − ε̂| / σ(x)``: per-orbital widths,
 wider for atypical structures, valid marginally for exchangeable structures whatever σ is (Lei et al. 2018).
+Deep groups too small for a finite width at the calibration level are pooled (:func:`pool_deep_groups`).
 
 **Declared domain wider than the training set** (``extra``). A model trained on narrow conformers may be
 accurate on broader ones; calibrating only on training-like structures would then flag most of those. Extra
@@ -47,7 +48,7 @@ from torch import Tensor
 from sciml.hamiltonian.embed import EMBEDDING, h0_embedding
 from sciml.uq.domain import DomainScore
 
-__all__ = ["FILE", "HamiltonianDomain", "fit_domain", "orbital_groups"]
+__all__ = ["FILE", "HamiltonianDomain", "fit_domain", "orbital_groups", "pool_deep_groups"]
 
 FORMAT_VERSION = 1
 FILE = "domain.json"
@@ -67,6 +68,22 @@ def orbital_groups(n_eig: Tensor, n_occ: Tensor, known: Tensor | None = None) ->
     if known is not None and len(known):
         groups = groups.clamp(int(known.min()), int(known.max()))
     return groups
+
+
+def pool_deep_groups(groups: Tensor, min_count: int) -> Tensor:
+    """Merge the deepest orbital groups until the pooled deepest one holds at least ``min_count`` orbitals.
+
+    A Mondrian group with fewer than ``⌈1/α⌉ − 1`` calibration scores has an infinite threshold at level ``α``.
+    Deep orbitals exist only in the largest calibration molecules, so their groups are small: every group below
+    the deepest depth ``g`` at which the pooled bottom (all groups ``≤ g``) holds ``min_count`` scores and every
+    group above it does too is clamped to ``g``. This keeps the Mondrian guarantee for the coarser partition
+    (Vovk 2012) with finite widths. Unchanged when no such depth exists (too few structures overall).
+    """
+    values, counts = torch.unique(groups, sorted=True, return_counts=True)
+    small = (counts < min_count).flip(0).cumsum(0).flip(0)  # small groups at or above each depth
+    above_ok = torch.cat([small[1:], small.new_zeros(1)]) == 0
+    enough = ((torch.cumsum(counts, 0) >= min_count) & above_ok).nonzero().flatten()
+    return groups.clamp_min(int(values[enough[0]])) if len(enough) else groups
 
 
 def outside_groups(n_eig: Tensor, n_occ: Tensor, known: Tensor) -> Tensor:

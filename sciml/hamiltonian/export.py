@@ -11,6 +11,7 @@ calibration split (:mod:`sciml.hamiltonian.bands`).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,13 @@ import torch
 
 from sciml.core.io.artifact import save_artifact
 from sciml.hamiltonian.domain import FILE as DOMAIN_FILE
-from sciml.hamiltonian.domain import HamiltonianDomain, fit_domain, orbital_groups, structure_errors
+from sciml.hamiltonian.domain import (
+    HamiltonianDomain,
+    fit_domain,
+    orbital_groups,
+    pool_deep_groups,
+    structure_errors,
+)
 from sciml.hamiltonian.loss import gauge_shift, matrix_mae, orbital_energies
 from sciml.hamiltonian.module import HamiltonianModule
 from sciml.hamiltonian.units import HARTREE_MEV
@@ -93,6 +100,7 @@ def calibrate(module: HamiltonianModule, dm, alpha: float = 0.1, score: str = "n
     if score == "absolute":
         settings["sigma_power"] = 0.0
     dom = fit_domain(module, dm, extra=extra, **settings)
+    dom.shift_groups = pool_deep_groups(dom.shift_groups, math.ceil(1 / alpha - 1e-9) - 1)
     cal = MondrianConformal(score="normalized", alpha=alpha).fit(dom.shift_scores, dom.shift_groups)
     test = dm.collate_fn(dm.datasets["test"])
     emb, eps, y = structure_errors(module, test)

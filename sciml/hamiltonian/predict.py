@@ -180,9 +180,9 @@ def predict_structures(structures: list[HamiltonianStructure], predictor: Hamilt
         in_domain = None if p is None else bool(p > beta)
         note = iv.note
         if borrowed is not None and bool(borrowed[k0 - k:k0].any()):
-            note = (f"{int(borrowed[k0 - k:k0].sum())} orbitals deeper than any calibration molecule's take the "
-                    "deepest calibrated orbital's width (no per-orbital guarantee for them)" + (f"; {note}" if note
-                                                                                                 else ""))
+            note = (f"{int(borrowed[k0 - k:k0].sum())} orbitals lie deeper than the deepest calibration group "
+                    "and take its width (pooled deep orbitals of the calibration molecules; no per-orbital "
+                    "guarantee for orbitals deeper than any of them)" + (f"; {note}" if note else ""))
         if in_domain is False:
             note = (f"out of domain (domain p-value {p:.3g} <= beta {beta:g}): unlike the training structures; the "
                     "intervals carry no coverage guarantee" + (f"; {note}" if note else ""))

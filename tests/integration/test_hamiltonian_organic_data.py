@@ -118,4 +118,4 @@ def test_fit_export_predict_unseen_molecule(folder, tmp_path):
     mats = zeroth_step(numbers, pos, "sto-3g", "pbe", predictor.layout, "CH3OH", h0=predictor.h0)
     res = predict_structures([structure_from_matrices(numbers, pos, mats, predictor.layout, 9, "CH3OH")], predictor,
                              alpha=0.5)  # 12 tiny structures: α = 0.1 would give infinite widths
-    assert np.isfinite(res[0]["lower"]).all() and "deepest calibrated orbital" in res[0]["note"]
+    assert np.isfinite(res[0]["lower"]).all() and "deepest calibration group" in res[0]["note"]

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from sciml.hamiltonian.data.datamodule import bases, collate, structure_to_sample
-from sciml.hamiltonian.domain import HamiltonianDomain, fit_domain, orbital_groups
+from sciml.hamiltonian.domain import HamiltonianDomain, fit_domain, orbital_groups, pool_deep_groups
 from sciml.hamiltonian.embed import embedding_dim, h0_embedding
 from sciml.hamiltonian.orbitals import OrbitalLayout, block_wigner
 from sciml.hamiltonian.shift import shift_thresholds
@@ -143,6 +143,25 @@ def test_domain_round_trip_and_rejects_malformed():
 def test_orbital_groups_count_from_the_homo():
     g = orbital_groups(torch.tensor([4, 3]), torch.tensor([2, 1]))
     assert g.tolist() == [-2, -1, 0, 1, -1, 0, 1]
+
+
+def test_deep_orbital_groups_are_pooled_until_a_finite_width_exists():
+    """Molecules with 3, 5 and 8 occupied orbitals, 4 conformers each: HOMO−6..−8 exist only in the largest."""
+    from sciml.uq import MondrianConformal
+
+    n_occ = torch.tensor([3, 5, 8] * 4)
+    groups = orbital_groups(n_occ + 3, n_occ)
+    pooled = pool_deep_groups(groups, 9)  # alpha 0.1: at least ceil(1/0.1) - 1 = 9 scores per group
+    counts = torch.unique(pooled, return_counts=True)[1]
+    # counts HOMO−8..−6: 4 each (largest molecule only), HOMO−5, −4: 8, shallower 12: HOMO−4 and below pool (28)
+    assert int(counts.min()) >= 9 and int(pooled.min()) == -4 and int((pooled == -4).sum()) == 28
+    assert torch.equal(pooled[groups >= -4], groups[groups >= -4])  # shallower groups untouched
+    scores = torch.rand(len(groups), generator=torch.Generator().manual_seed(0)).double()
+    raw = MondrianConformal(score="normalized", alpha=0.1).fit(scores, groups)
+    cal = MondrianConformal(score="normalized", alpha=0.1).fit(scores, pooled)
+    assert torch.isinf(raw.threshold_or_inf(torch.tensor([-8]), 0.1)).all()
+    assert torch.isfinite(cal.threshold_or_inf(cal.group_ids, 0.1)).all()
+    assert torch.equal(pool_deep_groups(groups[:3], 9), groups[:3])  # too few in all: unchanged
 
 
 def test_shift_aware_guard_and_equal_weights():
