@@ -71,7 +71,7 @@ def orbital_groups(n_eig: Tensor, n_occ: Tensor, known: Tensor | None = None) ->
 
 
 def pool_deep_groups(groups: Tensor, min_count: int) -> Tensor:
-    """Merge the deepest orbital groups until the pooled deepest one holds at least ``min_count`` orbitals.
+    """Merge the deepest orbital groups until every group holds at least ``min_count`` orbitals.
 
     A Mondrian group with fewer than ``⌈1/α⌉ − 1`` calibration scores has an infinite threshold at level ``α``.
     Deep orbitals exist only in the largest calibration molecules, so their groups are small: every group below

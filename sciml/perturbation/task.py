@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from sciml.perturbation.data.datamodule import PerturbationDataModule
@@ -62,12 +61,11 @@ def training_doubles(dm: PerturbationDataModule) -> list[tuple[int, int, torch.T
 def training_single_effects(dm: PerturbationDataModule) -> dict[int, torch.Tensor]:
     """``{vocabulary index: mean effect (G,)}`` of the single perturbations in the training split.
 
-    A gene perturbed alone in several cell types gets the mean of its effects over them (each against its own cell
-    type's controls), the additive baseline's stand-in for a cell type it was not measured in.
+    The additive baseline's singles (:class:`~sciml.perturbation.baselines.simple.Additive`): a gene perturbed alone
+    in several cell types gets the mean of its effects over them (each against its own cell type's controls), the
+    baseline's stand-in for a cell type it was not measured in.
     """
-    per_gene: dict[int, list[np.ndarray]] = {}
-    for key in dm.conditions["train"]:
-        if len(dm.perturbation(key)) == 1:
-            delta = dm.cells(key).mean(0) - dm.control_matrix(key).mean(0)
-            per_gene.setdefault(dm.encode(key)[0], []).append(delta)
-    return {i: torch.as_tensor(np.mean(d, axis=0), dtype=torch.float32) for i, d in per_gene.items()}
+    from sciml.perturbation.baselines.simple import Additive
+
+    index = {g: i for i, g in enumerate(dm.perturbation_genes)}
+    return {index[g]: torch.as_tensor(d, dtype=torch.float32) for g, d in Additive().fit(dm).gene_delta.items()}
