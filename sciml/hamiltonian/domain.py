@@ -11,7 +11,9 @@ passed unflagged with standardisation only, not with whitening).
 drawn from a seeded part (``1 - holdout``) of the *train* split and calibrated on the rest of the train split plus
 the *calib* split. This is valid because the embedding has no learned parameter and the whitening is fitted on
 the reference structures only: the held-out train structures are as exchangeable with a new input as the calib
-ones, and a larger domain-calibration set gives finer p-values (``β`` down to ``1/(n + 1)``).
+ones, and a larger domain-calibration set gives finer p-values (``β`` down to ``1/(n + 1)``). For a split by
+molecule the hold-out takes whole molecules (:func:`group_order`): a held-out conformer whose molecule stayed in
+the reference would be closer to it than a new molecule is, and the test would then flag new molecules too often.
 
 **Adaptive intervals.** The same k-NN distance ``s(x)`` sets the scale of the orbital-energy intervals,
 ``σ(x) = 1 + (s(x)/s̃)^γ`` (``γ = sigma_power``, default 2; ``s̃`` the median domain-calibration score;
@@ -232,6 +234,25 @@ def structure_errors(module, batch) -> tuple[Tensor, Tensor, Tensor]:
     return h0_embedding(batch, module.node_basis, module.edge_basis), orbital_energies(h, batch), batch.y
 
 
+def train_groups(dm) -> list[str] | None:
+    """Molecule of every train structure when ``dm`` is split by molecule (``split.by: molecule``), else ``None``."""
+    if getattr(dm, "split_by", "conformer") != "molecule" or not hasattr(dm, "structures"):
+        return None
+    names = [str(s.meta.get("molecule", "")) for s in dm.structures["train"]]
+    return names if len(set(names)) > 1 else None
+
+
+def group_order(groups: list[str], seed: int) -> Tensor:
+    """Structure indices ordered by a seeded permutation of their groups (all of a group's structures together).
+
+    Taking a prefix of it as the domain-calibration hold-out keeps every held-out group out of the reference set.
+    """
+    names = sorted(set(groups))
+    rank = {names[i]: r for r, i in enumerate(torch.randperm(len(names),
+                                                             generator=torch.Generator().manual_seed(seed)).tolist())}
+    return torch.tensor(sorted(range(len(groups)), key=lambda i: (rank[groups[i]], i)), dtype=torch.long)
+
+
 def fit_domain(module, dm, *, k: int = 5, beta: float = 0.05, holdout: float = 0.3, max_reference: int = 1000,
                sigma_power: float = 2.0, seed: int = 0, extra: list | None = None,
                extra_holdout: float = 0.5) -> HamiltonianDomain:
@@ -279,7 +300,9 @@ def fit_domain(module, dm, *, k: int = 5, beta: float = 0.05, holdout: float = 0
     calib = dm.collate_fn(calib_samples)
     e_train = h0_embedding(train, module.node_basis, module.edge_basis)
     n = len(e_train)
-    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    groups = train_groups(dm)  # a by-molecule split: hold out whole molecules, so calibration sees new molecules
+    perm = (group_order(groups, seed) if groups is not None
+            else torch.randperm(n, generator=torch.Generator().manual_seed(seed)))
     e_cal, eps, y = structure_errors(module, calib)
     need = math.ceil(1 / beta - 1e-9) - 1  # smallest domain-calibration set with a p-value <= beta
     n_hold = min(max(int(round(holdout * n)), need - len(e_cal)), n - max(k, 2))
@@ -287,6 +310,8 @@ def fit_domain(module, dm, *, k: int = 5, beta: float = 0.05, holdout: float = 0
         raise ValueError(f"the domain test at beta={beta} needs {need} held-out structures (train hold-out + calib) "
                          f"and {max(k, 2)} reference ones; the splits have {n} train and {len(e_cal)} calib: add data "
                          "or raise calibration.domain.beta")
+    while groups is not None and 0 < n_hold < n - max(k, 2) and groups[perm[n_hold]] == groups[perm[n_hold - 1]]:
+        n_hold += 1  # to the end of the last held-out molecule
     ref, hold = e_train[perm[n_hold:]], e_train[perm[:n_hold]]
     if extra_ref is not None:
         ref = torch.cat([ref, extra_ref])

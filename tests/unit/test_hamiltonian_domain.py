@@ -125,6 +125,32 @@ def test_domain_flag_rate_on_exchangeable_data_and_power_on_distorted():
     assert (sig_near >= 1).all() and sig_far.median() > 2 * sig_near.median()  # wider intervals far away
 
 
+def test_by_molecule_split_holds_out_whole_molecules():
+    """Split by molecule: no held-out (domain-calibration) train structure shares its molecule with the reference."""
+    rng = np.random.default_rng(5)
+    nb, eb = bases(LAYOUT)
+    samples, names = [], []
+    for m in range(8):  # 8 "molecules": different base geometries, 10 conformers each
+        base = BASE * (1.0 + 0.08 * m)
+        for _ in range(10):
+            pos = base + rng.normal(scale=0.02, size=(3, 3))
+            h0, s = matrices(pos, rng, 1e-6)
+            samples.append(structure_to_sample(molecule(pos, h0, s, h=h0), LAYOUT, nb, eb))
+            names.append(f"m{m}")
+    calib = _dm(25, 0.05, 6)
+    dm = SimpleNamespace(datasets={"train": samples, "calib": calib}, collate_fn=collate, split_by="molecule",
+                         structures={"train": [SimpleNamespace(meta={"molecule": n}) for n in names]})
+    dom = fit_domain(_Module().eval(), dm, k=3, beta=0.05, holdout=0.3, seed=0)
+    ref = dom.score.reference  # whitened, then standardised by the score, reference rows
+    emb = ((h0_embedding(collate(samples), nb, eb) - dom.mean) / dom.scale) @ dom.components
+    # a reference row matches to float32 round-off of the embedding (~6e-8); other molecules lie >= 1 away
+    in_ref = torch.cdist((emb - dom.score.mean) / dom.score.scale, ref).min(1).values < 1e-5
+    for m in range(8):
+        rows = in_ref[[i for i, n in enumerate(names) if n == f"m{m}"]]
+        assert bool(rows.all()) or not bool(rows.any()), f"molecule m{m} split between reference and hold-out"
+    assert 0 < int((~in_ref).sum()) < len(samples) and int((~in_ref).sum()) % 10 == 0
+
+
 def test_domain_round_trip_and_rejects_malformed():
     dom = fitted()
     d = dom.to_dict()
