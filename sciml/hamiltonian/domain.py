@@ -76,10 +76,10 @@ def pool_deep_groups(groups: Tensor, min_count: int) -> Tensor:
     """Merge the deepest orbital groups until every group holds at least ``min_count`` orbitals.
 
     A Mondrian group with fewer than ``⌈1/α⌉ − 1`` calibration scores has an infinite threshold at level ``α``.
-    Deep orbitals exist only in the largest calibration molecules, so their groups are small: every group below
-    the deepest depth ``g`` at which the pooled bottom (all groups ``≤ g``) holds ``min_count`` scores and every
-    group above it does too is clamped to ``g``. This keeps the Mondrian guarantee for the coarser partition
-    (Vovk 2012) with finite widths. Unchanged when no such depth exists (too few structures overall).
+    Deep orbitals exist only in the largest calibration molecules, so their groups are small. The floor ``g`` is
+    the deepest group such that every group above it holds ``min_count`` scores and the groups at or below it do
+    together; groups below ``g`` are clamped to ``g``. This keeps the Mondrian guarantee for the coarser partition
+    (Vovk 2012) with finite widths. Unchanged when no such floor exists (too few structures overall).
     """
     values, counts = torch.unique(groups, sorted=True, return_counts=True)
     small = (counts < min_count).flip(0).cumsum(0).flip(0)  # small groups at or above each depth
@@ -248,8 +248,8 @@ def group_order(groups: list[str], seed: int) -> Tensor:
     Taking a prefix of it as the domain-calibration hold-out keeps every held-out group out of the reference set.
     """
     names = sorted(set(groups))
-    rank = {names[i]: r for r, i in enumerate(torch.randperm(len(names),
-                                                             generator=torch.Generator().manual_seed(seed)).tolist())}
+    order = torch.randperm(len(names), generator=torch.Generator().manual_seed(seed)).tolist()
+    rank = {names[i]: r for r, i in enumerate(order)}
     return torch.tensor(sorted(range(len(groups)), key=lambda i: (rank[groups[i]], i)), dtype=torch.long)
 
 
