@@ -8,22 +8,14 @@ sqrt(α(1 − α)/n_group)/sqrt(200), and the bound below allows 3 of them plus 
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 
-PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "domain_crystal.py"
-
 
 @pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("domain_crystal", PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def bench(load_benchmark):
+    return load_benchmark("domain_crystal")
 
 
 def carbon(estimates: dict, single: dict) -> dict:
