@@ -16,7 +16,7 @@ from sciml.core.io.artifact import ArtifactError, load_artifact, parse_extra
 from sciml.core.io.shipped import shipped_path
 from sciml.hamiltonian.domain import FILE as DOMAIN_FILE
 from sciml.hamiltonian.domain import HamiltonianDomain
-from sciml.hamiltonian.module import HamiltonianModule
+from sciml.hamiltonian.model import HamiltonianModel
 from sciml.hamiltonian.orbitals import OrbitalLayout
 from sciml.uq.split import calibrator_from_dict
 
@@ -32,7 +32,7 @@ class HamiltonianPredictor:
     Crystal models (``periodic``) also carry the pyscf.pbc ``generator`` settings that build H0 and S.
     """
 
-    module: HamiltonianModule
+    module: HamiltonianModel
     calibrator: torch.nn.Module | None
     layout: OrbitalLayout
     basis: str
@@ -50,7 +50,7 @@ LEGACY_CRYSTAL_NET = {"hidden": "16x0e+8x1o+8x1e+4x2e+4x2o", "lmax": 2, "n_layer
 
 
 def module_config(config: dict, metadata: dict, path) -> dict:
-    """``HamiltonianModule`` keyword arguments of an artifact's config.
+    """``HamiltonianModel`` keyword arguments of an artifact's config.
 
     Also reads the first crystal format (``task: hamiltonian-crystal``, ridge + network trained outside
     Lightning, same state-dict keys): its network ran in float64 on blocks within ``network.settings.cutoff``.
@@ -99,10 +99,10 @@ def load_model(path: str | Path = DEFAULT_MODEL) -> HamiltonianPredictor:
     art = load_artifact(path)
     kwargs = module_config(art.config, dict(art.metadata or {}), path)
     with _fast_e3nn_build(not (kwargs.get("meta") or {}).get("periodic")):
-        module = HamiltonianModule(**kwargs)
+        module = HamiltonianModel(**kwargs)
     module.load_state_dict(art.state_dict, strict=True)
     module.eval()
-    meta = module.hparams.get("meta") or {}
+    meta = module.meta
     calibrator = calibrator_from_dict(art.calibrator) if art.calibrator else None
     domain = parse_extra(art, DOMAIN_FILE, HamiltonianDomain.from_dict)
     if getattr(calibrator, "score_name", None) == "normalized" and domain is None:

@@ -2,7 +2,7 @@
 
 Per input: read the structure (:func:`sciml.core.structures.read_structure`), build H0(R) and S(R) with
 pyscf.pbc at the model's stored generator settings (:func:`sciml.hamiltonian.data.gen_crystal.crystal_zeroth_step`;
-DeepH folders already carry them), predict H(R) with the :class:`~sciml.hamiltonian.module.HamiltonianModule`,
+DeepH folders already carry them), predict H(R) with the :class:`~sciml.hamiltonian.model.HamiltonianModel`,
 and write ``<output>/<name>/deeph/`` plus ``bands.json``: band energies (eV) along the high-symmetry k-path
 (:func:`sciml.hamiltonian.periodic.kpath`) and on the Γ-centred mesh, the valence-band maximum (VBM, "HOMO"),
 conduction-band minimum (CBM, "LUMO") and gap, with per-band conformal intervals.
@@ -94,7 +94,7 @@ def predict_crystal(s: HamiltonianStructure, predictor) -> HamiltonianStructure:
     from sciml.hamiltonian.data.crystal import crystal_sample, structure_from_irreps
 
     m = predictor.module
-    meta = m.hparams.get("meta") or {}
+    meta = m.meta
     sample = crystal_sample(s, predictor.layout, m.node_basis, m.edge_basis, float(meta["cutoff"]), with_target=False)
     pred = m.predict_step(collate_crystals([sample]))
     return structure_from_irreps(s, sample["keys"], pred.meta["h_node"], pred.meta["h_edge"], m.node_basis,

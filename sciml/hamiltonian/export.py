@@ -192,7 +192,7 @@ def calibrate_crystals(module: HamiltonianModule, dm, alpha: float = 0.1):
     from sciml.hamiltonian.artifact import HamiltonianPredictor
     from sciml.uq.mondrian import MondrianConformal
 
-    meta = module.hparams["meta"]
+    meta = module.meta
     predictor = HamiltonianPredictor(module.eval(), None, module.layout, str(meta.get("basis")), str(meta.get("xc")),
                                      Path("."), True, dict(meta.get("generator") or {}))
     _, cal_scores, cal_groups = crystal_scores(predictor, dm.structures["calib"])

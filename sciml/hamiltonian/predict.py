@@ -23,7 +23,8 @@ import numpy as np
 import torch
 
 from sciml.hamiltonian.artifact import HamiltonianPredictor
-from sciml.hamiltonian.data.datamodule import collate, structure_to_sample
+from sciml.hamiltonian.data.batch import collate
+from sciml.hamiltonian.data.sample import structure_to_sample
 from sciml.hamiltonian.domain import orbital_groups, outside_groups
 from sciml.hamiltonian.embed import h0_embedding
 from sciml.hamiltonian.orbitals import OrbitalLayout
@@ -155,7 +156,7 @@ def predict_structures(structures: list[HamiltonianStructure], predictor: Hamilt
     model's); ``None`` for models without one. Intervals of an out-of-domain molecule carry no guarantee.
     """
     m = predictor.module
-    meta = m.hparams.get("meta") or {}
+    meta = m.meta
     nb, eb = m.node_basis, m.edge_basis
     samples = [structure_to_sample(s, predictor.layout, nb, eb, float(meta.get("cutoff", 100.0)),
                                    int(meta.get("n_virtual", 3)), with_target=False) for s in structures]

@@ -11,26 +11,26 @@ from __future__ import annotations
 
 import torch
 
-from sciml.hamiltonian.module import HamiltonianModule
+from sciml.hamiltonian.model import HamiltonianModel
 
 __all__ = ["disable_network", "network_check"]
 
 
-def disable_network(module: HamiltonianModule) -> None:
+def disable_network(module: HamiltonianModel) -> None:
     """Zero the network's read-outs in place: ``ΔH`` becomes the ridge's alone (exactly)."""
     with torch.no_grad():
         for lin in (module.net.node_out, module.net.edge_out):
             lin.weight.zero_()
 
 
-def val_h_mae(module: HamiltonianModule, loader) -> float:
+def val_h_mae(module: HamiltonianModel, loader) -> float:
     """Mean over structures of the H MAE (µHa) on ``loader``, as the exported metrics measure it."""
     from sciml.hamiltonian.export import evaluate
 
     return float(evaluate(module, loader)["h_mae"].mean())
 
 
-def network_check(module: HamiltonianModule, dm) -> dict:
+def network_check(module: HamiltonianModel, dm) -> dict:
     """Compare the model with its ridge alone on the val split; disable the network if it does not beat it.
 
     Returns ``{"val_h_mae_network", "val_h_mae_ridge", "network_used", "n_val"}`` (µHa); without a ridge base or

@@ -25,7 +25,7 @@ def test_contracts_name_every_family_and_layer():
     cfg = configparser.ConfigParser()
     cfg.read(ROOT / ".importlinter")
     contracts = {s.split(":")[-1]: cfg[s] for s in cfg.sections() if s.startswith("importlinter:contract:")}
-    assert set(contracts) >= {"layers", "families", "base", "nn", "uq"}
+    assert set(contracts) >= {"layers", "families", "base", "nn", "uq", "predict"}
     families = {"sciml.crystal", "sciml.hamiltonian", "sciml.perturbation"}
     assert set(contracts["families"]["modules"].split()) == families
     assert {f"{f}.nn" for f in families} == set(contracts["nn"]["source_modules"].split())
@@ -33,6 +33,9 @@ def test_contracts_name_every_family_and_layer():
     assert cfg["importlinter"].getboolean("include_external_packages")
     assert families | {"sciml.cli"} <= set(contracts["base"]["forbidden_modules"].split())
     assert {"sciml.core", "sciml.uq"} == set(contracts["base"]["source_modules"].split())
+    predict = set(contracts["predict"]["source_modules"].split())
+    assert {"sciml.hamiltonian.predict", "sciml.hamiltonian.artifact"} <= predict
+    assert "lightning" in contracts["predict"]["forbidden_modules"].split()
 
 
 def test_lint_imports_passes():
@@ -40,3 +43,12 @@ def test_lint_imports_passes():
     run = subprocess.run([exe, "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     assert "0 broken" in run.stdout
+
+
+def test_hamiltonian_prediction_runs_without_lightning():
+    """``sciml hamiltonian predict`` never imports Lightning (~1.5 s of start-up); the model loads as pure torch."""
+    code = ("import sys; import sciml.cli.main, sciml.cli.hamiltonian, sciml.hamiltonian.predict, "
+            "sciml.hamiltonian.artifact as a; m = a.load_model(); "
+            "sys.exit(2 if any(k.split('.')[0] == 'lightning' for k in sys.modules) else 0)")
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:] or "lightning was imported"
