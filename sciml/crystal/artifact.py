@@ -15,7 +15,7 @@ from sciml.crystal.calibration import ensure_group_function
 from sciml.crystal.data.graphs import GraphSettings
 from sciml.crystal.domain import FILE as DOMAIN_FILE
 from sciml.crystal.domain import CrystalDomain
-from sciml.crystal.module import CrystalRegressor
+from sciml.crystal.model import CrystalModel
 from sciml.uq.split import calibrator_from_dict
 
 DEFAULT_MODEL = shipped_path("checkpoints/perov5-heat-all")
@@ -27,7 +27,7 @@ class CrystalPredictor:
 
     Attributes
     ----------
-    module : CrystalRegressor
+    module : CrystalModel
         The network with its target normalisation, in eval mode.
     graph : GraphSettings
         Graph settings used in training (applied unchanged to new inputs).
@@ -41,7 +41,7 @@ class CrystalPredictor:
 
     """
 
-    module: CrystalRegressor
+    module: CrystalModel
     graph: GraphSettings
     calibrator: torch.nn.Module | None
     path: Path
@@ -51,12 +51,12 @@ class CrystalPredictor:
     @property
     def target(self) -> dict:
         """Target description: ``name``, ``unit``, ``extensive``."""
-        return self.module.hparams.target
+        return self.module.target
 
     @cached_property
     def elements(self) -> set[str]:
         """Elements seen in training."""
-        return set(self.module.hparams.elements)
+        return set(self.module.elements)
 
 
 def load_model(path: str | Path = DEFAULT_MODEL, graph: dict | GraphSettings | None = None,
@@ -87,7 +87,7 @@ def load_model(path: str | Path = DEFAULT_MODEL, graph: dict | GraphSettings | N
         if wanted != stored:
             raise ArtifactError(f"{art.path}: requested graph settings {wanted.to_dict()} differ from the ones the "
                                 f"model was trained with {stored.to_dict()}; drop the override or retrain")
-    module = restore_module(art, CrystalRegressor)
+    module = restore_module(art, CrystalModel)
     if art.calibrator:
         try:
             ensure_group_function(art.calibrator.get("group_by") if isinstance(art.calibrator, dict) else None)

@@ -1,7 +1,7 @@
 """Applicability domain of a crystal model: the ``domain.json`` of an artifact, fitted and read back.
 
 A crystal artifact's ``domain.json`` holds two things, both computed from the model's learned representation
-(:meth:`~sciml.crystal.module.CrystalRegressor.embed`, layer ``pooled`` by default: the structure features the
+(:meth:`~sciml.crystal.model.CrystalModel.embed`, layer ``pooled`` by default: the structure features the
 head reads):
 
 * ``domain``: a fitted :class:`sciml.uq.domain.DomainScore` (k-NN conformal novelty test): standardisation and a
@@ -32,7 +32,7 @@ from torch import Tensor
 
 from sciml.core import keys
 from sciml.crystal.calibration import graph_structures
-from sciml.crystal.module import EMBEDDING_LAYERS
+from sciml.crystal.model import EMBEDDING_LAYERS
 from sciml.uq.domain import DomainScore
 from sciml.uq.groups import structure_groups
 
@@ -50,7 +50,7 @@ class CrystalDomain:
     Attributes
     ----------
     layer : str
-        Embedding layer (:data:`sciml.crystal.module.EMBEDDING_LAYERS`).
+        Embedding layer (:data:`sciml.crystal.model.EMBEDDING_LAYERS`).
     score : DomainScore
         Fitted novelty test.
     shift_emb : torch.Tensor
@@ -185,7 +185,7 @@ def fit_domain(module, dm, calibrator, *, layer: str = "pooled", k: int = 5, max
 
     Parameters
     ----------
-    module : CrystalRegressor
+    module : CrystalModel
         The trained model (eval mode is set here).
     dm : CrystalDataModule
         The set-up data module of the model's recorded split.

@@ -268,7 +268,7 @@ def _same(schema: dict, code: dict, skip=()) -> None:
 def test_crystal_schema_matches_the_code():
     from sciml.crystal.data.datamodule import CrystalDataModule
     from sciml.crystal.data.graphs import GraphSettings
-    from sciml.crystal.module import RETIRED_NETWORK_KEYS
+    from sciml.crystal.model import RETIRED_NETWORK_KEYS
     from sciml.crystal.nn import NETWORKS
 
     data = SCHEMA["crystal"]["data"].keys

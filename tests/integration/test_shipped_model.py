@@ -43,7 +43,7 @@ def test_shipped_card_matches_metadata():
     assert f"{meta['metrics']['test_mae']:.4f}" in card
     predictor = load_model()
     assert predictor.graph.to_dict() == meta["graph"]
-    assert "heads" not in predictor.module.hparams["network"]  # a retired key of the stored config is dropped
+    assert "heads" not in predictor.module.config["network"]  # a retired key of the stored config is dropped
 
 
 @pytest.mark.skipif(not ALIGNN.is_dir(), reason="../shared/data/materials/alignn_sample not present")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sciml.crystal.module import RETIRED_NETWORK_KEYS, CrystalRegressor
+from sciml.crystal.model import RETIRED_NETWORK_KEYS
+from sciml.crystal.module import CrystalRegressor
 from sciml.crystal.nn import PRDNet
 
 TARGET = {"name": "e", "unit": "eV", "extensive": False, "mean": 0.0, "std": 1.0}

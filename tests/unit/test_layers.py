@@ -34,7 +34,7 @@ def test_contracts_name_every_family_and_layer():
     assert families | {"sciml.cli"} <= set(contracts["base"]["forbidden_modules"].split())
     assert {"sciml.core", "sciml.uq"} == set(contracts["base"]["source_modules"].split())
     predict = set(contracts["predict"]["source_modules"].split())
-    assert {"sciml.hamiltonian.predict", "sciml.hamiltonian.artifact"} <= predict
+    assert {"sciml.crystal.predict", "sciml.hamiltonian.predict", "sciml.hamiltonian.artifact"} <= predict
     assert "lightning" in contracts["predict"]["forbidden_modules"].split()
 
 
@@ -45,10 +45,11 @@ def test_lint_imports_passes():
     assert "0 broken" in run.stdout
 
 
-def test_hamiltonian_prediction_runs_without_lightning():
-    """``sciml hamiltonian predict`` never imports Lightning (~1.5 s of start-up); the model loads as pure torch."""
-    code = ("import sys; import sciml.cli.main, sciml.cli.hamiltonian, sciml.hamiltonian.predict, "
-            "sciml.hamiltonian.artifact as a; m = a.load_model(); "
+@pytest.mark.parametrize("family", ["crystal", "hamiltonian"])
+def test_prediction_runs_without_lightning(family):
+    """`sciml crystal|hamiltonian predict` never import Lightning (~1.5 s of start-up): models load as pure torch."""
+    code = (f"import sys; import sciml.cli.main, sciml.cli.{family}, sciml.{family}.predict, "
+            f"sciml.{family}.artifact as a; m = a.load_model(); "
             "sys.exit(2 if any(k.split('.')[0] == 'lightning' for k in sys.modules) else 0)")
     run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:] or "lightning was imported"
