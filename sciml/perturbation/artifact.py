@@ -10,7 +10,7 @@ from sciml.core.io.shipped import shipped_path
 from sciml.perturbation.data.conditions import UnknownGeneError, format_condition, parse_condition
 from sciml.perturbation.domain import FILE as DOMAIN_FILE
 from sciml.perturbation.domain import PerturbationDomain
-from sciml.perturbation.module import PerturbationFlow
+from sciml.perturbation.model import PerturbationModel
 from sciml.perturbation.uncertainty import EffectBands
 
 DEFAULT_MODEL = shipped_path("checkpoints/grn-default")
@@ -22,7 +22,7 @@ class PerturbationPredictor:
 
     Attributes
     ----------
-    module : PerturbationFlow
+    module : PerturbationModel
         The flow model in eval mode.
     data : dict
         Data conventions frozen at training time (``PerturbationDataModule.to_dict()``: genes, control label...).
@@ -35,7 +35,7 @@ class PerturbationPredictor:
 
     """
 
-    module: PerturbationFlow
+    module: PerturbationModel
     data: dict
     bands: EffectBands | None
     path: Path
@@ -49,7 +49,7 @@ class PerturbationPredictor:
     @property
     def vocabulary(self) -> dict[str, int]:
         """Gene → index of the perturbation vocabulary (measured genes first)."""
-        return {g: i for i, g in enumerate(self.module.hparams.genes)}
+        return {g: i for i, g in enumerate(self.module.config["genes"])}
 
     def encode(self, label: str) -> tuple[str, list[int], str]:
         """``(canonical label, pert_genes row, note)`` of a condition label such as ``A+B``, ``A`` or ``A+ctrl``.
@@ -63,7 +63,7 @@ class PerturbationPredictor:
         """
         genes = parse_condition(label, self.data.get("control_label", "ctrl"))
         vocab, measured = self.vocabulary, set(self.genes)
-        seen = set(self.module.hparams.perturbed_genes or [])
+        seen = set(self.module.config["perturbed_genes"] or [])
         unknown = [g for g in genes if g not in vocab]
         if unknown:
             raise UnknownGeneError(f"--perturbations {label!r}: unknown gene(s) {', '.join(unknown)}: not among the "
@@ -88,7 +88,7 @@ def load_model(path: str | Path = DEFAULT_MODEL) -> PerturbationPredictor:
 
     """
     art = load_artifact(path, task="perturbation")
-    module = restore_module(art, PerturbationFlow)
+    module = restore_module(art, PerturbationModel)
     try:
         bands = EffectBands.from_dict(art.calibrator) if art.calibrator else None
     except (ValueError, KeyError, TypeError) as err:

@@ -6,12 +6,12 @@ import numpy as np
 import torch
 
 from sciml.perturbation.data.table import split_key
-from sciml.perturbation.module import PerturbationFlow
+from sciml.perturbation.model import PerturbationModel
 from sciml.perturbation.predict import generate
 from sciml.perturbation.uncertainty import EffectBands
 
 
-def split_predictions(module: PerturbationFlow, dm, split: str, n_cells: int = 128, seed: int = 0,
+def split_predictions(module: PerturbationModel, dm, split: str, n_cells: int = 128, seed: int = 0,
                       steps: int | None = None, method: str | None = None) -> dict[str, np.ndarray]:
     """Generated cells ``(n_cells, G)`` per condition of ``dm.conditions[split]``, from that condition's controls.
 

@@ -1,4 +1,4 @@
-r"""PerturbationFlow: Lightning task module of the single-cell perturbation flow model.
+r"""PerturbationFlow: Lightning task module training a :class:`~sciml.perturbation.model.PerturbationModel`.
 
 Loss (scDFM): ``L = ‖v_θ(x_t, t | c) − u_t‖² + λ·MMD²(x̂_1, x_1)`` with the conditional path of
 :mod:`sciml.perturbation.nn.flow` and the one-step endpoint ``x̂_1 = x_t + (1 − t)·v_θ``; the MMD is computed
@@ -18,254 +18,32 @@ import lightning as L
 import torch
 from torch import Tensor
 
-from sciml.core.types import Prediction
-from sciml.perturbation.distances import RBF_SCALES, mmd2
-from sciml.perturbation.nn import PATHS, PADTransformer, integrate, project_mean
-from sciml.perturbation.nn.combination import CombinationRule
+from sciml.perturbation.distances import mmd2
+from sciml.perturbation.model import FLOW_DEFAULTS, OPTIM_DEFAULTS, PerturbationModel
 
-FLOW_DEFAULTS = {"path": "control", "sigma": 0.1, "ot": True, "mmd_weight": 2.0, "mmd_scales": list(RBF_SCALES),
-                 "steps": 20, "method": "rk4", "val_steps": 4, "max_genes": None, "prior_dropout": 0.2,
-                 "additive_skip": True, "prior": "additive", "combination_hidden": 32,
-                 "remainder_mean": 1.0, "shrink": 1.0, "own_genes": "rule", "nonnegative": True,
-                 "additive_fallback": False}
-PRIORS = ("additive", "combination")
-OWN_GENES = ("rule", "additive")
-PRIOR_CHANNELS = 4
-OPTIM_DEFAULTS = {"lr": 1e-3, "weight_decay": 1e-4, "scheduler": "cosine"}
+__all__ = ["FLOW_DEFAULTS", "OPTIM_DEFAULTS", "PerturbationFlow"]
 
 
-class PerturbationFlow(L.LightningModule):
-    """Conditional flow matching of perturbed cells given control cells and the perturbed genes.
+class PerturbationFlow(PerturbationModel, L.LightningModule):
+    """Train a :class:`~sciml.perturbation.model.PerturbationModel` by conditional flow matching + MMD.
 
     Parameters
     ----------
-    network : dict
-        Keyword arguments of :class:`~sciml.perturbation.nn.PADTransformer` except ``n_genes``.
-    genes : list of str
-        Gene vocabulary (the data module's ``perturbation_genes``): the ``n_measured`` measured genes in the
-        column order of every batch, then perturbed genes that are not measured.
-    n_measured : int or None
-        Number of measured genes ``G`` (``None``: all of ``genes``).
-    perturbed_genes : list of str
-        Genes perturbed in the training split (others are predicted from their graph embedding only).
-    flow : dict
-        Over :data:`FLOW_DEFAULTS`: ``path`` (``control`` or ``noise``), ``sigma``, ``ot`` (minibatch-OT pairing of
-        the control path), ``mmd_weight`` λ, ``mmd_scales``, sampling ``steps``/``method``, ``val_steps`` (Euler
-        steps of the validation metric), ``max_genes`` (random gene subset per training step, ``None``: all),
-        ``prior`` (``additive`` or ``combination``), ``combination_hidden``, ``remainder_mean`` (see below).
-    optim : dict
-        Over :data:`OPTIM_DEFAULTS`: ``lr``, ``weight_decay``, ``scheduler`` (``cosine`` or ``none``).
-    effect_prior : bool
-        Condition the control tokens on the measured mean effects of the perturbed genes' singles in the
-        training split (buffers ``single_effect`` ``(V, G)``, ``has_effect`` ``(V,)``, set by
-        :meth:`set_single_effects`): per gene ``Δ_a + Δ_b``, ``Δ_a·Δ_b`` and the counts of known and perturbed
-        genes. A double of seen singles thus starts from the additive effect and the network learns the
-        interaction; unknown singles (held-out genes) enter as zeros. During training each known effect is
-        hidden with probability ``flow.prior_dropout`` so the model also learns to predict without it. With the
-        control path and ``flow.additive_skip``, ``Δ_a + Δ_b`` is added to the velocity (the straight path from a
-        control cell shifted by the additive effect), so the untrained model is the additive baseline and the
-        network learns the non-additive remainder. With ``flow.prior: combination`` the prior mean of a double
-        with both singles known is instead a per-gene combination rule
-        (:class:`~sciml.perturbation.nn.combination.CombinationRule`, buffers/parameters ``combination.*``)
-        fitted on the training doubles by :meth:`fit_combination` and frozen; the network learns the remainder.
-        ``flow.remainder_mean`` ``w`` ∈ [0, 1] shrinks the network's per-condition mean velocity (over the
-        condition's cells) to ``w`` times itself for conditions whose singles are all known: ``w = 0`` fixes the
-        generated mean effect to the prior mean and the network only shapes the distribution around it.
-        Robustness settings (issue 14): ``flow.shrink`` ``λ`` ∈ [0, 1] mixes the rule with additive,
-        ``prior = Δa + Δb + λ·(rule − Δa − Δb)`` (``"auto"``: chosen on val by
-        :func:`sciml.perturbation.select.choose_shrink` when the model is built; 1 until then);
-        ``flow.own_genes: additive`` keeps the perturbed genes' own columns of a double at their measured singles'
-        sum (the rule corrects only the other genes); ``flow.nonnegative`` projects generated cells onto
-        ``x ≥ 0`` after the last ODE step (log1p values below zero become 0, i.e. zero counts; this can only raise
-        a gene's mean, by ``E[max(−x, 0)]`` of the unprojected sample); ``flow.additive_fallback`` (set at export
-        when the model does not beat additive on val, :func:`sciml.perturbation.select.apply_fallback`) makes the
-        generated mean of every condition exactly the additive baseline's: control mean + the sum of the measured
-        singles' effects (a single never measured in training: buffer ``unknown_effect`` ``(G,)``, set by
-        ``apply_fallback`` to the additive baseline's stand-in, the mean training effect), clipped at 0 under
-        ``nonnegative``; the network only shapes the cells, which :meth:`sample` moves to the nearest
-        non-negative population with exactly that mean (:func:`~sciml.perturbation.nn.project_mean`).
+    network, genes, n_measured, perturbed_genes, flow, optim, effect_prior
+        The model's; saved as the checkpoint's hyperparameters.
 
     """
 
     def __init__(self, network: dict, genes: list[str], n_measured: int | None = None,
                  perturbed_genes: list[str] | None = None, flow: dict | None = None,
                  optim: dict | None = None, effect_prior: bool = True) -> None:
-        super().__init__()
+        super().__init__(network, genes, n_measured, perturbed_genes, flow, optim, effect_prior)
         self.save_hyperparameters()
-        self.net = PADTransformer(len(genes), prior_channels=PRIOR_CHANNELS if effect_prior else 0, **network)
-        n_measured = n_measured or len(genes)
-        self.register_buffer("single_effect", torch.zeros(len(genes), n_measured))
-        self.register_buffer("has_effect", torch.zeros(len(genes), dtype=torch.bool))
-        self.register_buffer("unknown_effect", torch.zeros(n_measured))  # additive fallback's stand-in single
-        self.register_load_state_dict_pre_hook(_default_unknown_effect)
-        self.flow = FLOW_DEFAULTS | (flow or {})
-        self.optim = OPTIM_DEFAULTS | (optim or {})
-        if self.flow["prior"] not in PRIORS:
-            raise ValueError(f"flow.prior is {self.flow['prior']!r}; known: {list(PRIORS)}")
-        if self.flow["own_genes"] not in OWN_GENES:
-            raise ValueError(f"flow.own_genes is {self.flow['own_genes']!r}; known: {list(OWN_GENES)}")
-        self.combination = None
-        if self.flow["prior"] == "combination":
-            self.combination = CombinationRule(int(self.flow["combination_hidden"])).requires_grad_(False)
-            self.register_buffer("ctrl_mean", torch.zeros(n_measured))  # μ_0 feature of the rule
-        if self.flow["path"] not in PATHS:
-            raise ValueError(f"flow.path is {self.flow['path']!r}; known: {sorted(PATHS)}")
-        kwargs = {"ot": bool(self.flow["ot"])} if self.flow["path"] == "control" else {}
-        self.path = PATHS[self.flow["path"]](sigma=self.flow["sigma"], **kwargs)
-
-    def set_single_effects(self, effects: dict[int, Tensor]) -> None:
-        """Store measured single effects ``{vocabulary index: Δ (G,)}`` (training split only)."""
-        self.single_effect.zero_()
-        self.has_effect.zero_()
-        for i, delta in effects.items():
-            self.single_effect[i] = torch.as_tensor(delta, dtype=self.single_effect.dtype)
-            self.has_effect[i] = True
-        self.unknown_effect.copy_(_mean_single(self.single_effect, self.has_effect))
-
-    def set_unknown_effect(self, delta: Tensor) -> None:
-        """Stand-in effect ``(G,)`` of a single never measured in training (used under ``additive_fallback``)."""
-        self.unknown_effect.copy_(torch.as_tensor(delta, dtype=self.unknown_effect.dtype))
-
-    def fit_combination(self, doubles: list[tuple[int, int, Tensor]], ctrl_mean: Tensor, seed: int = 0) -> float | None:
-        """Fit the frozen combination rule on training doubles ``(index a, index b, Δ_ab (G,))``; ``ctrl_mean`` (G,).
-
-        Needs :meth:`set_single_effects` first; doubles with an unknown single are skipped. Returns the fit MSE
-        (``None`` without a rule or usable doubles).
-        """
-        if self.combination is None:
-            return None
-        self.ctrl_mean.copy_(torch.as_tensor(ctrl_mean, dtype=self.ctrl_mean.dtype))
-        rows = [(a, b, d) for a, b, d in doubles if bool(self.has_effect[a]) and bool(self.has_effect[b])]
-        if not rows:
-            return None
-        da = self.single_effect[[a for a, _, _ in rows]]
-        db = self.single_effect[[b for _, b, _ in rows]]
-        target = torch.stack([torch.as_tensor(d, dtype=da.dtype) for _, _, d in rows])
-        mse = self.combination.requires_grad_(True).fit(da, db, self.ctrl_mean, target, seed=seed)
-        self.combination.requires_grad_(False)
-        return mse
 
     def set_flow(self, **values) -> None:
         """Change flow settings after construction (saved with the checkpoint / artifact config)."""
-        self.flow |= values
+        super().set_flow(**values)
         self.hparams["flow"] = dict(self.hparams.get("flow") or {}) | values
-
-    def shrink(self) -> float:
-        """Weight ``λ`` of the combination rule over additive (``0`` under ``additive_fallback``; ``auto``: 1)."""
-        if self.flow["additive_fallback"]:
-            return 0.0
-        value = self.flow["shrink"]
-        return 1.0 if value == "auto" else float(value)
-
-    def _prior_mean(self, d: Tensor, known: Tensor, valid: Tensor, genes: Tensor | None,
-                    pert: Tensor | None = None) -> Tensor:
-        """Prior mean effect ``(C, G)`` of single effects ``d`` ``(C, P, G)``.
-
-        ``Δa + Δb``, or for doubles with both singles known ``Δa + Δb + λ·(rule − Δa − Δb)``, with the perturbed
-        genes' own columns additive under ``own_genes: additive``.
-        """
-        total = d.sum(1)
-        lam = self.shrink()
-        if self.combination is None or d.shape[1] != 2 or lam == 0.0:
-            return total
-        mu0 = self.ctrl_mean if genes is None else self.ctrl_mean[genes]
-        both = (known.all(-1) & valid.all(-1))[:, None]
-        if self.flow["own_genes"] == "additive" and pert is not None:
-            both = both & ~self._own_columns(pert, genes, d.shape[-1])
-        rule = self.combination(d[:, 0], d[:, 1], mu0)
-        return torch.where(both, total + lam * (rule - total), total)
-
-    @staticmethod
-    def _own_columns(pert: Tensor, genes: Tensor | None, n: int) -> Tensor:
-        """Bool ``(C, G)``: column ``g`` is one of the condition's perturbed genes."""
-        idx = torch.arange(n, device=pert.device) if genes is None else genes
-        return (idx[None, :, None] == pert[:, None, :]).any(-1)
-
-    def prior_mean(self, pert: Tensor, genes: Tensor | None = None) -> Tensor:
-        """Mean effect ``(C, G)`` the prior assigns to ``pert`` ``(C, P)``.
-
-        No dropout; it is the generated mean under ``remainder_mean: 0``: the sum of the known singles' effects or
-        the shrunk rule for doubles; under ``additive_fallback`` an unknown single counts as ``unknown_effect``.
-        """
-        valid = pert >= 0
-        known = valid & self.has_effect[pert.clamp_min(0)]
-        d = self.single_effect[pert.clamp_min(0)] * known[..., None]
-        if self.flow["additive_fallback"]:
-            d = d + (valid & ~known)[..., None] * self.unknown_effect
-        if genes is not None:
-            d = d[..., genes]
-        return self._prior_mean(d, known, valid, genes, pert)
-
-    def prior(self, pert: Tensor, genes: Tensor | None = None) -> Tensor | None:
-        """Effect-prior channels ``(C, G, 4)`` of ``pert`` ``(C, P)``; ``None`` when ``effect_prior`` is off."""
-        if not self.hparams.effect_prior:
-            return None
-        valid = pert >= 0
-        known = valid & self.has_effect[pert.clamp_min(0)]
-        if self.training and self.flow["prior_dropout"] > 0:
-            known = known & (torch.rand(known.shape, device=known.device) >= self.flow["prior_dropout"])
-        d = self.single_effect[pert.clamp_min(0)] * known[..., None]  # (C, P, G)
-        if genes is not None:
-            d = d[..., genes]
-        counts = torch.stack([known.sum(-1), valid.sum(-1)], -1).to(d.dtype) / pert.shape[-1]  # (C, 2)
-        prod = d.prod(1) if d.shape[1] > 1 else torch.zeros_like(d[:, 0])
-        feats = torch.stack([self._prior_mean(d, known, valid, genes, pert), prod], -1)
-        return torch.cat([feats, counts[:, None].expand(-1, d.shape[-1], -1)], -1)
-
-    def velocity(self, x: Tensor, t: Tensor, x_ctrl: Tensor, pert: Tensor, genes: Tensor | None = None,
-                 prior: Tensor | None = None, context: dict | None = None) -> Tensor:
-        """``v_θ`` for ``x``, ``x_ctrl`` ``(C, N, G)``, ``t`` ``(C, N)``, ``pert`` ``(C, P)`` → ``(C, N, G)``.
-
-        ``prior``: effect-prior channels ``(C, G, k)`` from :meth:`prior` (computed here when ``None``). With
-        ``flow.max_genes = K < G`` and no explicit ``genes``, the genes are split into ``⌈G/K⌉`` strided chunks
-        evaluated separately (the gene-subset sizes seen in training; attention cost ``G·K`` instead of ``G²``).
-        ``context``: :meth:`context` of ``x_ctrl, pert`` (what does not change across ODE steps), precomputed.
-        """
-        context = self.context(x_ctrl, pert, genes, prior) if context is None else context
-        if "chunks" in context:  # evaluation on a gene subset size seen in training: strided chunks
-            out = torch.empty_like(x)
-            for idx, sub in context["chunks"]:
-                out[..., idx] = self.velocity(x[..., idx], t, x_ctrl[..., idx], pert, idx, context=sub)
-            return out
-        c, n, g = x.shape
-        v = self.net(x.reshape(c * n, g), t.reshape(-1), context=context["net"]).view(c, n, g)
-        if context["shift"] is not None:
-            w = 0.0 if self.flow["additive_fallback"] and not self.training else float(self.flow["remainder_mean"])
-            if w != 1.0:  # shrink the mean remainder where the prior is complete (all perturbed singles known)
-                v = torch.where(context["full"], v - (1.0 - w) * v.mean(1, keepdim=True), v)
-            v = v + context["shift"]  # start from the prior mean (additive or combination); network: the rest
-        return v
-
-    def context(self, x_ctrl: Tensor, pert: Tensor, genes: Tensor | None = None, prior: Tensor | None = None) -> dict:
-        """What :meth:`velocity` needs besides ``x`` and ``t`` (constant across ODE steps).
-
-        Network context (control tokens, their keys and values, perturbation embedding, mask), the prior mean
-        added to the velocity (``shift`` ``(C, 1, G)``) and where the remainder mean is removed (``full``
-        ``(C, 1, 1)``); per gene chunk under ``max_genes``.
-        """
-        c, n, g = x_ctrl.shape
-        prior = self.prior(pert, genes) if prior is None else prior
-        k = self.flow["max_genes"]
-        if genes is None and k and g > k:
-            n_chunks = -(-g // k)
-            chunks = []
-            for i in range(n_chunks):
-                idx = torch.arange(i, g, n_chunks, device=x_ctrl.device)
-                sub = None if prior is None else prior[:, idx]
-                chunks.append((idx, self.context(x_ctrl[..., idx], pert, idx, sub)))
-            return {"chunks": chunks}
-        ctrl_mean = x_ctrl.mean(1, keepdim=True).expand_as(x_ctrl)
-        p = pert[:, None].expand(c, n, pert.shape[-1]).reshape(c * n, -1)
-        per_cell = None if prior is None else prior[:, None].expand(c, n, g, prior.shape[-1]).reshape(c * n, g, -1)
-        net = self.net.encode_context(x_ctrl.reshape(c * n, g), ctrl_mean.reshape(c * n, g), p, genes, per_cell)
-        out = {"net": net, "shift": None, "full": None}
-        if prior is not None and self.flow["additive_skip"] and self.flow["path"] == "control":
-            out["full"] = (prior[:, 0, 2] == prior[:, 0, 3])[:, None, None]
-            out["shift"] = prior[:, None, :, 0]
-            if self.flow["additive_fallback"] and not self.training:  # every condition: mean = additive prior
-                out["full"] = torch.ones_like(out["full"])
-                out["shift"] = self.prior_mean(pert, genes)[:, None]
-        return out
 
     def _subset(self, n_genes: int) -> Tensor | None:
         k = self.flow["max_genes"]
@@ -287,31 +65,6 @@ class PerturbationFlow(L.LightningModule):
         cfm = (v - u).pow(2).mean()
         mmd = mmd2(self.path.endpoint(xt, t, v), x1, tuple(self.flow["mmd_scales"])).mean()
         return {"loss": cfm + self.flow["mmd_weight"] * mmd, "cfm": cfm, "mmd": mmd}
-
-    @torch.no_grad()
-    def sample(self, x_ctrl: Tensor, pert: Tensor, steps: int | None = None, method: str | None = None,
-               generator: torch.Generator | None = None, x0: Tensor | None = None,
-               ctrl_mean: Tensor | None = None) -> Tensor:
-        """One generated cell per control cell: ``x_ctrl`` ``(C, N, G)``, ``pert`` ``(C, P)`` → ``(C, N, G)``.
-
-        ``x0``: start of the ODE (default: the path's start drawn with ``generator``). What does not change across
-        steps (:meth:`context`) is computed once. With ``flow.nonnegative`` the result is projected onto ``x ≥ 0``.
-        Under ``flow.additive_fallback`` (eval mode) the cells are projected instead onto the nearest population
-        (``x ≥ 0`` under ``nonnegative``) whose mean is exactly ``ctrl_mean + prior_mean(pert)`` (clipped at 0):
-        ``ctrl_mean`` ``(G,)`` or ``(C, G)`` is the mean of the whole control population the cells were drawn from
-        (default: of ``x_ctrl``), so the mean effect equals the additive baseline's.
-        """
-        x0 = self.path.initial(x_ctrl, generator) if x0 is None else x0
-        context = self.context(x_ctrl, pert)
-
-        def field(x: Tensor, t: Tensor) -> Tensor:
-            return self.velocity(x, t.expand(x.shape[:2]), x_ctrl, pert, context=context)
-
-        x = integrate(field, x0, steps or self.flow["steps"], method or self.flow["method"])
-        if self.flow["additive_fallback"] and not self.training:
-            base = x_ctrl.mean(1) if ctrl_mean is None else ctrl_mean.to(x)
-            return project_mean(x, base + self.prior_mean(pert), bool(self.flow["nonnegative"]))
-        return x.clamp_min(0.0) if self.flow["nonnegative"] else x
 
     def _log_all(self, stage: str, batch: dict, out: dict[str, Tensor]) -> None:
         c = len(batch["condition"])
@@ -335,19 +88,6 @@ class PerturbationFlow(L.LightningModule):
     def test_step(self, batch: dict, batch_idx: int) -> None:
         self._evaluate(batch, "test")
 
-    def predict_step(self, batch: dict, batch_idx: int = 0) -> Prediction:
-        """Mean effect ``Δ̂ = mean(generated) − mean(control)`` ``(C, G)``; generated cells in ``meta["cells"]``."""
-        cells = self.sample(batch["x_ctrl"], batch["pert_genes"])
-        effect = cells.mean(1) - batch["x_ctrl"].mean(1)
-        return Prediction(mean=effect, meta={"cells": cells, "conditions": list(batch["condition"]),
-                                              "genes": self.measured_genes, "unit": "log1p expression"})
-
-    @property
-    def measured_genes(self) -> list[str]:
-        """Names of the expression columns ``G`` (the first ``n_measured`` vocabulary entries)."""
-        genes = list(self.hparams.genes)
-        return genes[: self.hparams.n_measured or len(genes)]
-
     def configure_optimizers(self):
         opt = torch.optim.AdamW(self.parameters(), lr=self.optim["lr"], weight_decay=self.optim["weight_decay"])
         if self.optim["scheduler"] == "none":
@@ -355,15 +95,3 @@ class PerturbationFlow(L.LightningModule):
         steps = max(int(self.trainer.estimated_stepping_batches), 1)
         sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=self.optim["lr"], total_steps=steps, pct_start=0.05)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
-
-
-def _mean_single(single_effect: Tensor, has_effect: Tensor) -> Tensor:
-    """Mean ``(G,)`` of the measured single effects (zeros when none)."""
-    return single_effect[has_effect].mean(0) if bool(has_effect.any()) else torch.zeros_like(single_effect[0])
-
-
-def _default_unknown_effect(module, state_dict, prefix, *args) -> None:
-    """Load hook: a state saved before ``unknown_effect`` existed gets the stand-in it used, the mean single effect."""
-    key = prefix + "unknown_effect"
-    if key not in state_dict and prefix + "single_effect" in state_dict and prefix + "has_effect" in state_dict:
-        state_dict[key] = _mean_single(state_dict[prefix + "single_effect"], state_dict[prefix + "has_effect"])

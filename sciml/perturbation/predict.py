@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 
 from sciml.perturbation.artifact import PerturbationPredictor
 from sciml.perturbation.domain import out_of_domain_note, rule_reasons
-from sciml.perturbation.module import PerturbationFlow
+from sciml.perturbation.model import PerturbationModel
 
 MAX_CELLS_PER_CALL = 512  # cells integrated together (bounds memory: cells × genes × width per attention map)
 
@@ -35,29 +35,30 @@ def draw_controls(ctrl: np.ndarray, n_cells: int, rng: np.random.Generator) -> n
 
 
 @torch.no_grad()
-def generate(module: PerturbationFlow, ctrl: np.ndarray, rows: list[list[int]], n_cells: int, seed: int = 0,
+def generate(module: PerturbationModel, ctrl: np.ndarray, rows: list[list[int]], n_cells: int, seed: int = 0,
              steps: int | None = None, method: str | None = None, progress: bool = False) -> np.ndarray:
     """Generated cells ``(C, n_cells, G)`` float32 for ``rows`` (``pert_genes`` rows) from control cells ``(n, G)``.
 
     Conditions are integrated in groups of at most :data:`MAX_CELLS_PER_CALL` cells; each condition's noise and
     control draws come from ``(seed, its position)``, so results do not depend on the other conditions. A model
     under ``flow.additive_fallback`` generates cells whose mean is exactly ``mean(ctrl) + additive effect`` (clipped
-    at 0), the additive baseline's prediction (:meth:`PerturbationFlow.sample`). With
+    at 0), the additive baseline's prediction (:meth:`PerturbationModel.sample`). With
     ``progress`` a bar on stderr counts conditions (drawn on a terminal only).
     """
     module.eval()
+    device = next(module.parameters()).device
     out = np.empty((len(rows), n_cells, ctrl.shape[1]), np.float32)
-    ctrl_mean = torch.as_tensor(ctrl.mean(0), dtype=torch.float32, device=module.device)  # additive fallback's base
+    ctrl_mean = torch.as_tensor(ctrl.mean(0), dtype=torch.float32, device=device)  # additive fallback's base
     per_call = max(1, MAX_CELLS_PER_CALL // n_cells)
     bar = tqdm(total=len(rows), desc="generate", unit="condition", file=sys.stderr,
                disable=None if progress else True)
     for start in range(0, len(rows), per_call):
         idx = range(start, min(start + per_call, len(rows)))
         x_ctrl = torch.as_tensor(np.stack([draw_controls(ctrl, n_cells, np.random.default_rng([seed, i]))
-                                           for i in idx]), dtype=torch.float32, device=module.device)
+                                           for i in idx]), dtype=torch.float32, device=device)
         x0 = torch.cat([module.path.initial(x_ctrl[j:j + 1], torch.Generator().manual_seed(seed * 1_000_003 + i))
                         for j, i in enumerate(idx)])
-        cells = module.sample(x_ctrl, torch.as_tensor([rows[i] for i in idx], dtype=torch.long, device=module.device),
+        cells = module.sample(x_ctrl, torch.as_tensor([rows[i] for i in idx], dtype=torch.long, device=device),
                               steps, method, x0=x0, ctrl_mean=ctrl_mean)
         out[start:start + len(idx)] = cells.cpu().numpy()
         bar.update(len(idx))

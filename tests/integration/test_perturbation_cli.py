@@ -133,7 +133,7 @@ def test_shipped_checkpoint_predicts_from_example_controls(tmp_path, capsys):
     assert np.isfinite(eff["lower"]).all() and (eff["upper"] > eff["lower"]).all()
     predictor = load_model()
     assert predictor.path == DEFAULT_MODEL and predictor.bands is not None
-    meta = predictor.module.hparams
+    meta = predictor.module.config
     assert len(meta["genes"]) == 100 and (DEFAULT_MODEL / "weights.safetensors").stat().st_size < 2_000_000
 
 

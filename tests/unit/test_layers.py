@@ -34,7 +34,8 @@ def test_contracts_name_every_family_and_layer():
     assert families | {"sciml.cli"} <= set(contracts["base"]["forbidden_modules"].split())
     assert {"sciml.core", "sciml.uq"} == set(contracts["base"]["source_modules"].split())
     predict = set(contracts["predict"]["source_modules"].split())
-    assert {"sciml.crystal.predict", "sciml.hamiltonian.predict", "sciml.hamiltonian.artifact"} <= predict
+    families = ("crystal", "hamiltonian", "perturbation")
+    assert {f"sciml.{f}.{m}" for f in families for m in ("artifact", "model", "predict")} <= predict
     assert "lightning" in contracts["predict"]["forbidden_modules"].split()
 
 
@@ -45,9 +46,9 @@ def test_lint_imports_passes():
     assert "0 broken" in run.stdout
 
 
-@pytest.mark.parametrize("family", ["crystal", "hamiltonian"])
+@pytest.mark.parametrize("family", ["crystal", "hamiltonian", "perturbation"])
 def test_prediction_runs_without_lightning(family):
-    """`sciml crystal|hamiltonian predict` never import Lightning (~1.5 s of start-up): models load as pure torch."""
+    """`sciml <family> predict` never imports Lightning (~1.5 s of start-up): the models load as pure torch."""
     code = (f"import sys; import sciml.cli.main, sciml.cli.{family}, sciml.{family}.predict, "
             f"sciml.{family}.artifact as a; m = a.load_model(); "
             "sys.exit(2 if any(k.split('.')[0] == 'lightning' for k in sys.modules) else 0)")

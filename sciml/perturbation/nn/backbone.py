@@ -68,7 +68,7 @@ class PADTransformer(nn.Module):
         Mask attention with the gene graph (set by :meth:`set_graph`); otherwise attention is dense.
     prior_channels : int
         Extra per-gene conditioning channels ``k`` added to the control tokens (e.g. the measured effects of
-        the perturbed genes' singles, see :class:`~sciml.perturbation.module.PerturbationFlow`).
+        the perturbed genes' singles, see :class:`~sciml.perturbation.model.PerturbationModel`).
 
     Notes
     -----
