@@ -16,6 +16,8 @@ import importlib
 import os
 import sys
 
+from sciml.core.allocator import keep_freed_memory
+
 #: verb -> module with ``add_parser(sub, name)`` and the ``run`` it sets (imported when the parser is built)
 VERBS: dict[str, str] = {"fit": "sciml.cli.fit", "validate": "sciml.cli.fit", "test": "sciml.cli.fit",
                          "export": "sciml.cli.export", "crystal": "sciml.cli.crystal", "data": "sciml.cli.data",
@@ -38,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra and not getattr(args, "accepts_overrides", False):
         parser.error(f"unrecognised arguments: {' '.join(extra)}")
+    keep_freed_memory()  # tensors freed and reallocated at every step stay in the heap (sciml.core.allocator)
     try:
         return int(args.run(args, extra) or 0)
     except KeyboardInterrupt:
