@@ -3,7 +3,7 @@
 Measured in this one run, on the same test split: our model (ΔH = H − H0: closed-form tensor-product ridge
 base + equivariant attention network on the residual, real + orbital-energy loss), the closed-form base alone,
 the network without H0 input (predicts H; no ridge base, which needs H0), the model without the reciprocal-
-space (orbital-energy) term, and H0 itself. Metrics (``sciml.hamiltonian.export.evaluate``): H MAE over all
+space (orbital-energy) term, and H0 itself. Metrics (``sciml.hamiltonian.evaluate.evaluate``): H MAE over all
 matrix entries (µHa), the gauge-corrected MAE (refs/HAMILTONIAN.md), occupied orbital-energy MAE (meV),
 HOMO–LUMO gap MAE (meV), occupied-orbital cosine similarity (%), and for our model the coverage / width of 90%
 split-conformal intervals on orbital energies (calibrated on the calib split). Speed: model inference per
@@ -34,7 +34,8 @@ from sciml.core.io.atomic import atomic_write_text
 from sciml.core.io.checkpoint import load_lightning_checkpoint
 from sciml.core.train import train
 from sciml.hamiltonian.data.datamodule import collate
-from sciml.hamiltonian.export import calibrate, evaluate, summarise
+from sciml.hamiltonian.evaluate import evaluate, summarise
+from sciml.hamiltonian.export import calibrate
 from sciml.hamiltonian.module import HamiltonianModule
 from sciml.hamiltonian.task import build as build_hamiltonian
 from sciml.hamiltonian.task import datamodule as hamiltonian_datamodule

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from sciml.hamiltonian.evaluate import evaluate
 from sciml.hamiltonian.model import HamiltonianModel
 
 __all__ = ["disable_network", "network_check"]
@@ -25,8 +26,6 @@ def disable_network(module: HamiltonianModel) -> None:
 
 def val_h_mae(module: HamiltonianModel, loader) -> float:
     """Mean over structures of the H MAE (µHa) on ``loader``, as the exported metrics measure it."""
-    from sciml.hamiltonian.export import evaluate
-
     return float(evaluate(module, loader)["h_mae"].mean())
 
 
