@@ -55,14 +55,24 @@ class CrystalModel(torch.nn.Module):
     def __init__(self, network: dict, graph: dict, target: dict, elements: list[str], **training) -> None:
         super().__init__()
         network = current_network(network)
-        self.config = {"network": network, "graph": graph, "target": target, "elements": elements} | training
-        self.target, self.elements = dict(target), list(elements)
+        self.config = {"network": network, "graph": graph, "target": dict(target), "elements": list(elements),
+                       **training}
         self.graph = GraphSettings.from_dict(graph)
         kwargs = {k: v for k, v in network.items() if k != "name"}
         if network["name"] not in NETWORKS:
             raise ValueError(f"unknown network {network['name']!r}; known: {sorted(NETWORKS)}")
         self.net = NETWORKS[network["name"]](cutoff=self.graph.cutoff, g_max=self.graph.g_max, **kwargs)
         self.net.encoder.restrict_to([Element(e).Z for e in elements])
+
+    @property
+    def target(self) -> dict:
+        """``name``, ``unit``, ``extensive``, ``mean``, ``std`` of the target (from :attr:`config`)."""
+        return self.config["target"]
+
+    @property
+    def elements(self) -> list[str]:
+        """Elements seen in training (from :attr:`config`)."""
+        return self.config["elements"]
 
     def _scale(self, batch) -> torch.Tensor:
         n = batch[keys.N_ATOMS].to(batch[keys.POS].dtype)

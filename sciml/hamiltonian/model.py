@@ -78,8 +78,6 @@ class HamiltonianModel(torch.nn.Module):
         super().__init__()
         self.config = {"network": network, "layout": layout, "stats": stats, "meta": meta, "ridge": ridge,
                        "overlap_filter": overlap_filter, "input_clip": input_clip} | training
-        self.meta = dict(meta or {})
-        self.overlap_tau, self.input_clip = overlap_filter, input_clip
         self.layout = OrbitalLayout.from_dict(layout)
         zs = self.layout.elements()
         self.node_basis = BlockBasis(self.layout.shells, [(z, z) for z in zs])
@@ -104,6 +102,11 @@ class HamiltonianModel(torch.nn.Module):
             with torch.no_grad():
                 for lin in (self.net.node_out, self.net.edge_out):
                     lin.weight.zero_()
+
+    @property
+    def meta(self) -> dict:
+        """Facts stored for prediction (``basis``, ``xc``, ``cutoff``, ...; from :attr:`config`)."""
+        return self.config["meta"] or {}
 
     @property
     def dtype_(self) -> torch.dtype:
@@ -133,7 +136,7 @@ class HamiltonianModel(torch.nn.Module):
         nt, et = batch.node_type, batch.edge_type[sel]
         xn = self.norms["x_node"].normalize(batch.x_node, nt).to(dt)
         xe = self.norms["x_edge"].normalize(batch.x_edge[sel], et).to(dt)
-        clip = self.input_clip
+        clip = self.config["input_clip"]
         if clip is not None:
             xn, xe = clip_instances(xn, self.node_inst, float(clip)), clip_instances(xe, self.edge_inst, float(clip))
         node, edge = self.net(nt, et, vec64[sel].to(dt), batch.edge_index[:, sel], xn, xe)
@@ -155,7 +158,7 @@ class HamiltonianModel(torch.nn.Module):
         delta = assemble(out["d_node"], out["d_edge"], batch, self.node_basis, self.edge_basis)
         if not self.use_h0:
             return delta
-        tau = self.overlap_tau
+        tau = self.config["overlap_filter"]
         return batch.h0 + (delta if tau is None else overlap_filter(delta, batch, float(tau)))
 
     def bands(self, batch, out: dict) -> tuple[torch.Tensor, torch.Tensor] | None:
