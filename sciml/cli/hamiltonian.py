@@ -29,6 +29,9 @@ def add_parser(sub, name: str) -> None:
                    help="reference H (.npy, pyscf AO order, Hartree; crystals: a DeepH folder with H), one per input")
     q.add_argument("--plot", action="store_true", help="draw predicted (and reference) orbital levels")
     add_domain_arguments(q, "molecule", scope="molecules: ")
+    q.add_argument("--residual", action="store_true",
+                   help="molecules: SCF residual |F[D(H)] - H| of each prediction (one more Fock build each, about the "
+                        "cost of H0) and, when the model has residual.json, a conformal bound on its H MAE")
     q.add_argument("--batch-size", type=int, default=16, help="molecules per network call")
     q.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     q.add_argument("--kpath", type=int, default=60, help="crystals: k-points along the high-symmetry path")
@@ -87,8 +90,9 @@ def run_predict(args, overrides: list[str]) -> int:
     predictor = load_model(args.model or DEFAULT_MODEL)
     timings = {"load": time.perf_counter() - start}
     if predictor.periodic:
-        if args.shift_aware or args.beta is not None:
-            raise ValueError("--shift-aware and --beta apply to molecule models; crystal models have no domain test")
+        if args.shift_aware or args.beta is not None or args.residual:
+            raise ValueError("--shift-aware, --beta and --residual apply to molecule models; crystal models have no "
+                             "domain test and no SCF residual")
         return _run_crystal(args, predictor)
     if predictor.domain is None:
         print(f"note: {predictor.path} has no domain.json: whether an input resembles the training data is unknown "
@@ -96,7 +100,8 @@ def run_predict(args, overrides: list[str]) -> int:
     n_rows = n_flagged = 0
     for row in predict_files(args.inputs, predictor, args.output, args.alpha, args.reference, args.plot,
                              progress=not args.no_progress, beta=args.beta, shift_aware=args.shift_aware,
-                             min_ess=args.min_ess, batch_size=args.batch_size, timings=timings):
+                             min_ess=args.min_ess, batch_size=args.batch_size, timings=timings,
+                             residual=args.residual):
         n_rows += 1
         n_flagged += row["in_domain"] is False
         gap = "no gap (no virtual orbital predicted)"
@@ -106,7 +111,8 @@ def run_predict(args, overrides: list[str]) -> int:
                                                             args.alpha) + (mark if row["gap_lower_ev"] ==
                                                                            row["gap_lower_ev"] else "")
         domain = "" if row["domain_pvalue"] is None else f", domain p {row['domain_pvalue']:.3f}"
-        print(f"{row['source']}: HOMO {row['homo_ev']:.3f} eV, {gap}{domain} -> {row['folder']}", flush=True)
+        print(f"{row['source']}: HOMO {row['homo_ev']:.3f} eV, {gap}{domain}{_residual_text(row)} -> {row['folder']}",
+              flush=True)
         if row["note"]:
             print(f"  {row['note']}", flush=True)
     flagged = (f"{n_flagged} of {n_rows} out of domain (intervals marked: no guarantee)" if predictor.domain
@@ -122,6 +128,15 @@ _STAGES = (("load", "load model"), ("read", "read"), ("h0_overlap", "pyscf H0+S"
            ("write", "write"))
 
 
+def _residual_text(row: dict) -> str:
+    """``, SCF residual 812 µHa (H MAE <= 2,030 µHa, 90%)`` for rows of ``--residual``, else empty."""
+    if "scf_residual_microhartree" not in row:
+        return ""
+    bound = row["h_mae_bound_microhartree"]
+    level = f", H MAE <= {bound:,.0f} µHa ({100 * (1 - row['h_mae_bound_alpha']):.0f}%)" if bound is not None else ""
+    return f", SCF residual {row['scf_residual_microhartree']:,.0f} µHa{level}"
+
+
 def timing_line(timings: dict) -> str:
     """``time: load model 0.93 s, read 0.01 s, pyscf H0+S 4.10 s, network 1.20 s (2 calls), write 0.40 s``.
 
@@ -130,6 +145,8 @@ def timing_line(timings: dict) -> str:
     """
     parts = [f"{label} {timings.get(key, 0.0):.2f} s" for key, label in _STAGES]
     parts[3] += f" ({timings.get('network_calls', 0)} calls)"
+    if "residual" in timings:
+        parts.append(f"SCF residual {timings['residual']:.2f} s")
     return "time: " + ", ".join(parts)
 
 

@@ -18,6 +18,7 @@ from sciml.hamiltonian.domain import FILE as DOMAIN_FILE
 from sciml.hamiltonian.domain import HamiltonianDomain
 from sciml.hamiltonian.model import HamiltonianModel
 from sciml.hamiltonian.orbitals import OrbitalLayout
+from sciml.hamiltonian.residual import RESIDUAL_FILE, ResidualBound
 from sciml.uq.split import calibrator_from_dict
 
 __all__ = ["DEFAULT_MODEL", "HamiltonianPredictor", "load_model", "module_config"]
@@ -42,6 +43,7 @@ class HamiltonianPredictor:
     generator: dict = field(default_factory=dict)
     domain: HamiltonianDomain | None = None  # molecule models exported with a domain test (domain.json)
     h0: str = "full"  # how H0 is built at prediction, as in the training data (sciml.hamiltonian.data.h0)
+    residual: ResidualBound | None = None  # conformal H-MAE bound from the SCF residual (residual.json)
 
 
 #: network settings of the first crystal models (``task: hamiltonian-crystal`` artifacts, e.g. si-c-pbe-gth)
@@ -110,4 +112,5 @@ def load_model(path: str | Path = DEFAULT_MODEL) -> HamiltonianPredictor:
                             "missing from metadata.json's extra_files; re-export the model")
     return HamiltonianPredictor(module, calibrator, module.layout, str(meta.get("basis", "def2-svp")),
                                 str(meta.get("xc", "pbe")), Path(path), bool(meta.get("periodic")),
-                                dict(meta.get("generator") or {}), domain, str(meta.get("h0") or "full"))
+                                dict(meta.get("generator") or {}), domain, str(meta.get("h0") or "full"),
+                                parse_extra(art, RESIDUAL_FILE, ResidualBound.from_dict))

@@ -28,6 +28,7 @@ from sciml.hamiltonian.data.sample import structure_to_sample
 from sciml.hamiltonian.domain import orbital_groups, outside_groups
 from sciml.hamiltonian.embed import h0_embedding
 from sciml.hamiltonian.orbitals import OrbitalLayout
+from sciml.hamiltonian.residual import residual_fields
 from sciml.hamiltonian.structure import HamiltonianStructure
 from sciml.hamiltonian.units import HARTREE_EV
 
@@ -234,7 +235,8 @@ def write_prediction(folder: Path, structure: HamiltonianStructure, result: dict
            "lower_ev": _ev(result["lower"]), "upper_ev": _ev(result["upper"]),
            "homo_ev": float(result["orbital_energies"][result["n_occupied"] - 1]) * HARTREE_EV,
            **{k: result[k] for k in ("domain_pvalue", "in_domain", "domain_beta", "intervals", "interval_guarantee",
-                                     "note")}}
+                                     "note")},
+           **{k: result[k] for k in RESIDUAL_KEYS if k in result}}
     if "gap" in result:
         row |= {k + "_ev": result[k] * HARTREE_EV for k in ("homo", "lumo", "gap", "gap_lower", "gap_upper")}
     if reference is not None:
@@ -247,6 +249,9 @@ def write_prediction(folder: Path, structure: HamiltonianStructure, result: dict
     atomic_write_text(folder / "eigenvalues.json", json.dumps(row, indent=1))
     return row
 
+
+#: per-molecule fields of ``--residual`` (:func:`sciml.hamiltonian.residual.residual_fields`) in ``eigenvalues.json``
+RESIDUAL_KEYS = ("scf_residual_microhartree", "h_mae_bound_microhartree", "h_mae_bound_alpha")
 
 #: most directed atom pairs ``Σ n_atoms²`` in one network call: the ridge's features grow with them (~0.25 MB per
 #: pair in float64: 4096 pairs ≈ 1 GB), so a chunk of large molecules closes before ``batch_size`` is reached
@@ -267,7 +272,7 @@ def _timed(timings: dict | None, stage: str):
 def predict_files(paths, predictor: HamiltonianPredictor, output: str | Path, alpha: float = 0.1,
                   references=None, plot: bool = False, progress: bool = True, beta: float | None = None,
                   shift_aware: bool = False, min_ess: float = 50.0, batch_size: int = 16,
-                  max_pairs: int = MAX_PAIRS, timings: dict | None = None):
+                  max_pairs: int = MAX_PAIRS, timings: dict | None = None, residual: bool = False):
     """Yield one summary row per ``.xyz`` file after writing its folder ``<output>/<stem>/``.
 
     Inputs stream through in chunks: pyscf builds S and H0 of each input (one ``Mole`` per input), and when the
@@ -279,7 +284,8 @@ def predict_files(paths, predictor: HamiltonianPredictor, output: str | Path, al
 
     ``timings``: a dict to which the wall seconds of each stage are added: ``read`` (``.xyz`` and reference
     files), ``h0_overlap`` (pyscf S and H0), ``network`` (:func:`predict_structures`: graphs, model, orbital
-    energies, intervals), ``write`` (output folders, plots); ``network_calls`` counts the calls.
+    energies, intervals), ``residual`` (with ``residual``: the SCF residual of each prediction and its H MAE
+    bound, :mod:`sciml.hamiltonian.residual`), ``write`` (output folders, plots); ``network_calls`` counts the calls.
     """
     from tqdm.auto import tqdm
 
@@ -290,7 +296,8 @@ def predict_files(paths, predictor: HamiltonianPredictor, output: str | Path, al
     bar = tqdm(total=len(paths), desc="molecules", unit="structure", file=sys.stderr,
                disable=None if progress else True)
     flush = partial(_predict_chunk, paths=paths, predictor=predictor, output=output, alpha=alpha, beta=beta,
-                    shift_aware=shift_aware, min_ess=min_ess, plot=plot, bar=bar, timings=timings)
+                    shift_aware=shift_aware, min_ess=min_ess, plot=plot, bar=bar, timings=timings,
+                    residual=residual)
     pending: list[tuple[int, tuple]] = []  # (input index, (structure, S, reference)) waiting for the network
     try:
         for k, path in enumerate(paths):
@@ -309,7 +316,8 @@ def predict_files(paths, predictor: HamiltonianPredictor, output: str | Path, al
         bar.close()
 
 
-def _predict_chunk(pending, paths, predictor, output: Path, alpha, beta, shift_aware, min_ess, plot, bar, timings):
+def _predict_chunk(pending, paths, predictor, output: Path, alpha, beta, shift_aware, min_ess, plot, bar, timings,
+                   residual: bool = False):
     """One network call for the prepared inputs ``[(index, (structure, S, reference))]``; write and yield rows."""
     bar.set_postfix_str(f"network ({len(pending)} molecule(s))")
     with _timed(timings, "network"):
@@ -318,6 +326,10 @@ def _predict_chunk(pending, paths, predictor, output: Path, alpha, beta, shift_a
         timings["network_calls"] = timings.get("network_calls", 0) + 1
     for (k, (structure, s_pyscf, reference)), result in zip(pending, results, strict=True):
         folder = output / Path(paths[k]).stem
+        if residual:
+            bar.set_postfix_str(f"{Path(paths[k]).name}: SCF residual")
+            with _timed(timings, "residual"):
+                result |= residual_fields(structure, result, predictor, alpha)
         bar.set_postfix_str(f"{Path(paths[k]).name}: write")
         with _timed(timings, "write"):
             row = write_prediction(folder, structure, result, s_pyscf, predictor, reference)

@@ -73,3 +73,41 @@ def test_shift_aware_needs_a_batch_and_marks_its_intervals(tmp_path, capsys):
         lo, hi = np.array(r["lower_hartree"]), np.array(r["upper_hartree"])
         assert (np.isinf(hi).all() and "effective sample size" in r["note"]) or (lo <= hi).all()
     assert "(shift-aware)" in capsys.readouterr().err
+
+
+def test_residual_option_writes_the_residual_and_the_bound(tmp_path, capsys):
+    """``--residual``: r(H) of each prediction, and q·r(H) once the artifact carries residual.json."""
+    pytest.importorskip("pyscf")
+    from sciml.core.io.artifact import add_extra_files
+    from sciml.hamiltonian.residual import RESIDUAL_FILE
+
+    out = tmp_path / "plain"
+    assert main(["hamiltonian", "predict", str(EXAMPLE), "--output", str(out), "--no-progress", "--residual"]) == 0
+    row = json.loads((out / "water" / "eigenvalues.json").read_text())
+    assert row["scf_residual_microhartree"] > 0 and row["h_mae_bound_microhartree"] is None
+    text = capsys.readouterr()
+    assert "SCF residual" in text.out and "SCF residual" in text.err  # summary line and timing line
+    model = tmp_path / "model"
+    import shutil
+
+    shutil.copytree(SHIPPED, model)
+    add_extra_files(model, {RESIDUAL_FILE: {"alpha": 0.1, "scores": [0.1 * i for i in range(1, 10)]}})
+    out = tmp_path / "bound"
+    assert main(["hamiltonian", "predict", str(EXAMPLE), "--model", str(model), "--output", str(out),
+                 "--no-progress", "--residual", "--alpha", "0.1"]) == 0
+    bound = json.loads((out / "water" / "eigenvalues.json").read_text())
+    assert bound["scf_residual_microhartree"] == pytest.approx(row["scf_residual_microhartree"], rel=1e-9)
+    assert bound["h_mae_bound_microhartree"] == pytest.approx(0.9 * row["scf_residual_microhartree"], rel=1e-9)
+    assert "H MAE <=" in bound["note"] and "H MAE <=" in capsys.readouterr().out
+    np.testing.assert_allclose(bound["orbital_energies_hartree"], PINNED, rtol=0, atol=1e-9)  # prediction unchanged
+
+
+def test_residual_with_a_crystal_model_is_a_one_line_error(tmp_path, capsys):
+    crystal = ROOT / "checkpoints" / "si-c-pbe-gth"
+    if not crystal.is_dir():
+        pytest.skip("no shipped crystal checkpoint")
+    cif = ROOT / "examples" / "hamiltonian" / "Si.cif"
+    assert main(["hamiltonian", "predict", str(cif), "--model", str(crystal), "--output", str(tmp_path / "o"),
+                 "--residual"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and "--residual apply to molecule models" in err and len(err.splitlines()) == 1

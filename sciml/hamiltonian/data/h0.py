@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["H0_METHODS", "check_h0_method", "zeroth_step_matrices"]
+__all__ = ["H0_METHODS", "check_h0_method", "fock_solver", "zeroth_step_matrices"]
 
 #: method -> (density-fitted Coulomb, XC grid level or None for the caller's)
 H0_METHODS = {"full": (False, None), "fast": (True, 1)}
@@ -30,8 +30,8 @@ def check_h0_method(method: str) -> str:
     return method
 
 
-def zeroth_step_matrices(mol, xc: str, grid_level: int = 3, method: str = "full") -> dict[str, np.ndarray]:
-    """``{"H0", "S"}`` (pyscf AO order, Hartree) of a pyscf ``Mole`` for functional ``xc`` ('hf' for Hartree–Fock).
+def fock_solver(mol, xc: str, grid_level: int = 3, method: str = "full"):
+    """The pyscf mean-field object whose ``get_fock(dm=D)`` builds ``F[D]`` the ``method`` way (see the docstring).
 
     Parameters
     ----------
@@ -57,4 +57,10 @@ def zeroth_step_matrices(mol, xc: str, grid_level: int = 3, method: str = "full"
     if density_fit:
         mf = mf.density_fit(auxbasis=JKFIT if exchange else JFIT)
     mf.verbose = 0
+    return mf
+
+
+def zeroth_step_matrices(mol, xc: str, grid_level: int = 3, method: str = "full") -> dict[str, np.ndarray]:
+    """``{"H0", "S"}`` (pyscf AO order, Hartree) of a pyscf ``Mole``: ``F[ρ_SAD]`` built by :func:`fock_solver`."""
+    mf = fock_solver(mol, xc, grid_level, method)
     return {"H0": mf.get_fock(dm=mf.get_init_guess(key="minao")), "S": mf.get_ovlp()}

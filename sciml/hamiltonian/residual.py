@@ -1,0 +1,131 @@
+r"""SCF residual of a predicted Hamiltonian: an error estimate that needs no reference calculation.
+
+A closed-shell Kohn–Sham Hamiltonian ``H`` fixes its orbitals (``H C = S C ε``) and so a density
+``D = 2 C_occ C_occᵀ``; the Fock matrix of that density, ``F[D]``, equals ``H`` at self-consistency (the fixed point
+the SCF iterates to; the DIIS error ``F D S − S D F`` vanishes with it). The residual
+
+    r(H) = mean_ij |F[D(H)]_ij − H_ij|    (µHa, pyscf AO order)
+
+is zero at the SCF solution and, near it, grows with the error ``δH`` of a prediction: to first order
+``F[D(H + δH)] − (H + δH) = (χ − 1) δH`` with ``χ`` the density response of the Kohn–Sham potential. It costs one
+Fock build, made the way the model's H0 is (:func:`sciml.hamiltonian.data.h0.fock_solver`, ``h0`` method of the
+model), i.e. about as much as H0 itself.
+
+:class:`ResidualBound` turns it into a bound on the H MAE of a new molecule by split conformal prediction on the
+ratio ``err / r`` (Vovk et al. 2005; Lei et al. 2018): the score of a calibration molecule is the largest ratio over
+its conformers, so ``q · r(H)`` bounds the H MAE of every conformer of a new molecule with probability ≥ 1 − α when
+the molecule is drawn like the calibration molecules (exchangeable by molecule, as ``split.by: molecule`` makes them).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+RESIDUAL_FILE = "residual.json"
+
+
+def density_matrix(h: np.ndarray, s: np.ndarray, n_occupied: int) -> np.ndarray:
+    """Closed-shell density ``2 C_occ C_occᵀ`` (nao, nao) of ``H C = S C ε`` for ``H``, ``S`` (nao, nao)."""
+    from scipy.linalg import eigh
+
+    _, c = eigh(h, s)
+    occ = c[:, :n_occupied]
+    return 2.0 * occ @ occ.T
+
+
+def scf_residual(numbers, positions, h_pyscf: np.ndarray, basis: str, xc: str, h0: str = "full",
+                 grid_level: int = 3) -> float:
+    """``r(H)`` in µHa (module docstring) of ``h_pyscf`` (nao, nao; pyscf AO order, Hartree).
+
+    ``numbers`` (N,), ``positions`` (N, 3) Å; ``h0``: how F is built (the model's H0 method).
+    """
+    from pyscf import gto
+
+    from sciml.hamiltonian.data.h0 import fock_solver
+
+    mol = gto.M(atom=[(int(z), tuple(map(float, p))) for z, p in zip(numbers, positions, strict=True)],
+                basis=basis, unit="Angstrom", verbose=0)
+    if h_pyscf.shape != (mol.nao, mol.nao):
+        raise ValueError(f"H has shape {h_pyscf.shape}; basis {basis!r} gives {mol.nao} orbitals for this molecule")
+    mf = fock_solver(mol, xc, grid_level, h0)
+    dens = density_matrix(h_pyscf, mf.get_ovlp(), mol.nelectron // 2)
+    return float(np.abs(mf.get_fock(dm=dens) - h_pyscf).mean() * 1e6)
+
+
+def conformal_rank(n: int, alpha: float) -> int:
+    """1-based rank ``⌈(n + 1)(1 − α)⌉`` of the split-conformal quantile among ``n`` scores (> n: infinite)."""
+    return math.ceil((n + 1) * (1.0 - alpha) - 1e-12)
+
+
+@dataclass
+class ResidualBound:
+    """Conformal bound ``q · r(H)`` on the H MAE of a prediction (µHa), fitted on calibration molecules.
+
+    Attributes
+    ----------
+    alpha : default miscoverage (the bound holds with probability ≥ 1 − alpha for a new molecule).
+    scores : per calibration molecule, the largest ``H MAE / r(H)`` over its conformers.
+    molecules : their names (same order).
+
+    """
+
+    alpha: float
+    scores: list[float]
+    molecules: list[str] = field(default_factory=list)
+
+    def quantile(self, alpha: float | None = None) -> float:
+        """``q``: the ``⌈(n+1)(1−α)⌉``-th smallest score (``α``: the fitted one by default); ``inf`` if too few."""
+        rank = conformal_rank(len(self.scores), self.alpha if alpha is None else alpha)
+        return math.inf if rank > len(self.scores) else float(np.sort(self.scores)[rank - 1])
+
+    def bound(self, residual: float, alpha: float | None = None) -> float:
+        """Bound on the H MAE (µHa) of a prediction whose residual is ``residual`` (µHa), at level ``1 − α``."""
+        return self.quantile(alpha) * residual
+
+    @classmethod
+    def fit(cls, ratios: dict[str, list[float]], alpha: float = 0.1) -> ResidualBound:
+        """From ``{molecule: [H MAE / r(H) per conformer]}``; a molecule's score is its largest ratio."""
+        if not 0 < alpha < 1:
+            raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+        bad = [m for m, r in ratios.items() if not r or not np.all(np.isfinite(r)) or min(r) < 0]
+        if bad:
+            raise ValueError(f"calibration molecules {bad} have no finite, non-negative error/residual ratios")
+        names = sorted(ratios)
+        return cls(float(alpha), [float(max(ratios[m])) for m in names], names)
+
+    def to_dict(self) -> dict:
+        return {"alpha": self.alpha, "scores": self.scores, "molecules": self.molecules}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ResidualBound:
+        scores = [float(s) for s in data["scores"]]
+        if not scores or not all(math.isfinite(s) and s >= 0 for s in scores):
+            raise ValueError("scores must be a non-empty list of finite, non-negative numbers")
+        return cls(float(data["alpha"]), scores, [str(m) for m in data.get("molecules", [])])
+
+
+def residual_fields(structure, result: dict, predictor, alpha: float | None) -> dict:
+    """``scf_residual_microhartree`` of one prediction and, when ``predictor.residual`` is fitted, its H MAE bound.
+
+    ``structure``: the input (numbers, positions); ``result``: its row of
+    :func:`sciml.hamiltonian.predict.predict_structures`; ``alpha``: level of the bound (the model's by default).
+    Adds a sentence to ``note`` saying what the bound means.
+    """
+    h = predictor.layout.to_pyscf(result["hamiltonian"], structure.numbers)
+    r = scf_residual(structure.numbers, structure.positions, h, predictor.basis, predictor.xc, predictor.h0)
+    out = {"scf_residual_microhartree": r}
+    fitted = getattr(predictor, "residual", None)
+    if fitted is None:
+        return out | {"h_mae_bound_microhartree": None, "h_mae_bound_alpha": None}
+    level = fitted.alpha if alpha is None else alpha
+    bound = fitted.bound(r, level)
+    text = (f"SCF residual {r:.0f} µHa: H MAE <= {bound:.0f} µHa with probability >= {1 - level:.2f} for molecules "
+            f"drawn like the {len(fitted.scores)} calibration molecules" if math.isfinite(bound) else
+            f"SCF residual {r:.0f} µHa: too few calibration molecules ({len(fitted.scores)}) for an H MAE bound at "
+            f"alpha {level:g}")
+    note = result.get("note") or ""
+    return out | {"h_mae_bound_microhartree": bound if math.isfinite(bound) else None, "h_mae_bound_alpha": level,
+                  "note": f"{note}; {text}" if note else text}
