@@ -23,7 +23,8 @@ def add_parser(sub, name: str) -> None:
     src.add_argument("--molecule", help="built-in molecule(s), comma-separated: water, ethanol, malondialdehyde, "
                      "uracil, any closed-shell H/C/N/O name of ASE's G2 (e.g. C6H6), or the lists g2-organic, "
                      "g2-train, g2-holdout, md17-holdout, s22-monomers (aromatic monomers of ASE's S22: 2-pyridone, "
-                     "2-aminopyridine, adenine, pyrazine, indole, phenol) (one npz per molecule)")
+                     "2-aminopyridine, adenine, pyrazine, indole, phenol), smiles-organic (60 more, embedded by "
+                     "rdkit: sciml.hamiltonian.data.smiles) (one npz per molecule)")
     src.add_argument("--xyz", help="xyz file (Å); several frames = a trajectory, one frame = displace it")
     src.add_argument("--crystal", help="built-in crystal: Si, C (diamond)")
     p.add_argument("--out", required=True, help="output folder (reused to resume)")

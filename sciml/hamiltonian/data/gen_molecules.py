@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from sciml.hamiltonian.data.smiles import SMILES_ORGANIC, smiles_molecule
+
 __all__ = ["G2_ORGANIC", "MD17", "S22_MONOMERS", "builtin_molecule", "conformer_sigmas", "displaced_conformers",
            "molecule_seed", "organic_split", "read_xyz_frames", "resolve_molecules"]
 
@@ -85,7 +87,7 @@ S22_MONOMERS = {"2-pyridone": ("2-pyridoxine_2-aminopyridine_complex", 0),
 #: MD17 molecules that a general model must never train on (issue 15); water and ethanol may be trained on
 MD17_HOLDOUT = ("malondialdehyde", "uracil")
 #: molecule-list aliases of ``--molecule`` (see :func:`organic_split`)
-ALIASES = ("g2-organic", "g2-train", "g2-holdout", "md17-holdout", "s22-monomers")
+ALIASES = ("g2-organic", "g2-train", "g2-holdout", "md17-holdout", "s22-monomers", "smiles-organic")
 
 
 def organic_split(seed: int = 0, n_holdout: int = 8) -> tuple[list[str], list[str]]:
@@ -103,7 +105,8 @@ def resolve_molecules(spec: str) -> list[str]:
     """Molecule names of a ``--molecule`` value: comma-separated names and/or aliases (:data:`ALIASES`)."""
     train, held = organic_split()
     table = {"g2-organic": list(G2_ORGANIC), "g2-train": train, "g2-holdout": held,
-             "md17-holdout": list(MD17_HOLDOUT), "s22-monomers": list(S22_MONOMERS)}
+             "md17-holdout": list(MD17_HOLDOUT), "s22-monomers": list(S22_MONOMERS),
+             "smiles-organic": list(SMILES_ORGANIC)}
     names = []
     for part in (p.strip() for p in spec.split(",") if p.strip()):
         names += table.get(part, [part])
@@ -113,10 +116,11 @@ def resolve_molecules(spec: str) -> list[str]:
 
 
 def _check_name(name: str) -> None:
-    if name not in MD17 and name not in G2_ORGANIC and name not in S22_MONOMERS:
+    if name not in MD17 and name not in G2_ORGANIC and name not in S22_MONOMERS and name not in SMILES_ORGANIC:
         raise ValueError(f"unknown molecule {name!r}; built-in: {', '.join(MD17)}, the G2 names of "
                          f"{', '.join(G2_ORGANIC[:6])}, ... (G2_ORGANIC), the S22 monomers "
-                         f"{', '.join(S22_MONOMERS)}, aliases {', '.join(ALIASES)} (or pass --xyz FILE)")
+                         f"{', '.join(S22_MONOMERS)}, the SMILES molecules {', '.join(list(SMILES_ORGANIC)[:4])}, "
+                         f"... (SMILES_ORGANIC), aliases {', '.join(ALIASES)} (or pass --xyz FILE)")
 
 
 def molecule_seed(seed: int, name: str) -> int:
@@ -127,8 +131,10 @@ def molecule_seed(seed: int, name: str) -> int:
 
 
 def builtin_molecule(name: str) -> tuple[np.ndarray, np.ndarray]:
-    """Atomic numbers (n,) and positions (n, 3) Å of a built-in molecule (MD17 set, G2 organic, S22 monomer)."""
+    """Atomic numbers (n,) and positions (n, 3) Å of a built-in molecule (MD17 set, G2 organic, S22 monomer, SMILES)."""
     _check_name(name)
+    if name in SMILES_ORGANIC:
+        return smiles_molecule(name)
     if name in MD17:
         atoms = MD17[name]
         return (np.array([_SYMBOLS[a[0]] for a in atoms], dtype=np.int64),
