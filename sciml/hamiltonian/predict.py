@@ -28,7 +28,7 @@ from sciml.hamiltonian.data.sample import structure_to_sample
 from sciml.hamiltonian.domain import orbital_groups, outside_groups
 from sciml.hamiltonian.embed import h0_embedding
 from sciml.hamiltonian.orbitals import OrbitalLayout
-from sciml.hamiltonian.residual import residual_fields
+from sciml.hamiltonian.residual import RESIDUAL_KEYS, residual_fields
 from sciml.hamiltonian.structure import HamiltonianStructure
 from sciml.hamiltonian.units import HARTREE_EV
 
@@ -249,9 +249,6 @@ def write_prediction(folder: Path, structure: HamiltonianStructure, result: dict
     atomic_write_text(folder / "eigenvalues.json", json.dumps(row, indent=1))
     return row
 
-
-#: per-molecule fields of ``--residual`` (:func:`sciml.hamiltonian.residual.residual_fields`) in ``eigenvalues.json``
-RESIDUAL_KEYS = ("scf_residual_microhartree", "h_mae_bound_microhartree", "h_mae_bound_alpha")
 
 #: most directed atom pairs ``Σ n_atoms²`` in one network call: the ridge's features grow with them (~0.25 MB per
 #: pair in float64: 4096 pairs ≈ 1 GB), so a chunk of large molecules closes before ``batch_size`` is reached

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 RESIDUAL_FILE = "residual.json"
+#: per-molecule fields of :func:`residual_fields` (``predict --residual``) in ``eigenvalues.json``
+RESIDUAL_KEYS = ("scf_residual_microhartree", "h_mae_bound_microhartree", "h_mae_bound_alpha")
 
 
 def density_matrix(h: np.ndarray, s: np.ndarray, n_occupied: int) -> np.ndarray:
