@@ -160,8 +160,9 @@ def calibrate_crystals(module: HamiltonianModule, dm, alpha: float = 0.1):
 
 
 MANY_MOLECULES = ("closed-shell molecules of the trained elements like the training molecules (listed in the run's "
-                  "split.json), geometries displaced from near-equilibrium ones as in the training data; chemically "
-                  "different molecules are flagged by the domain test")
+                  "split.json), geometries displaced from near-equilibrium ones as in the training data; the domain "
+                  "test compares H0 inputs and can miss a chemically different molecule whose prediction is poor: "
+                  "`sciml hamiltonian predict --residual` bounds the error of each prediction")
 
 
 def _network_line(m: dict) -> list[str]:
