@@ -23,6 +23,9 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
+
+from sciml.uq.quantile import check_alpha, conformal_quantile
 
 RESIDUAL_FILE = "residual.json"
 #: per-molecule fields of :func:`residual_fields` (``predict --residual``) in ``eigenvalues.json``
@@ -57,11 +60,6 @@ def scf_residual(numbers, positions, h_pyscf: np.ndarray, basis: str, xc: str, h
     return float(np.abs(mf.get_fock(dm=dens) - h_pyscf).mean() * 1e6)
 
 
-def conformal_rank(n: int, alpha: float) -> int:
-    """1-based rank ``⌈(n + 1)(1 − α)⌉`` of the split-conformal quantile among ``n`` scores (> n: infinite)."""
-    return math.ceil((n + 1) * (1.0 - alpha) - 1e-12)
-
-
 @dataclass
 class ResidualBound:
     """Conformal bound ``q · r(H)`` on the H MAE of a prediction (µHa), fitted on calibration molecules.
@@ -80,8 +78,8 @@ class ResidualBound:
 
     def quantile(self, alpha: float | None = None) -> float:
         """``q``: the ``⌈(n+1)(1−α)⌉``-th smallest score (``α``: the fitted one by default); ``inf`` if too few."""
-        rank = conformal_rank(len(self.scores), self.alpha if alpha is None else alpha)
-        return math.inf if rank > len(self.scores) else float(np.sort(self.scores)[rank - 1])
+        level = self.alpha if alpha is None else alpha
+        return float(conformal_quantile(torch.tensor(self.scores, dtype=torch.float64), level))
 
     def bound(self, residual: float, alpha: float | None = None) -> float:
         """Bound on the H MAE (µHa) of a prediction whose residual is ``residual`` (µHa), at level ``1 − α``."""
@@ -90,8 +88,7 @@ class ResidualBound:
     @classmethod
     def fit(cls, ratios: dict[str, list[float]], alpha: float = 0.1) -> ResidualBound:
         """From ``{molecule: [H MAE / r(H) per conformer]}``; a molecule's score is its largest ratio."""
-        if not 0 < alpha < 1:
-            raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+        check_alpha(alpha)
         bad = [m for m, r in ratios.items() if not r or not np.all(np.isfinite(r)) or min(r) < 0]
         if bad:
             raise ValueError(f"calibration molecules {bad} have no finite, non-negative error/residual ratios")

@@ -12,7 +12,8 @@ import math
 import numpy as np
 import pytest
 
-from sciml.hamiltonian.residual import ResidualBound, conformal_rank, scf_residual
+from sciml.hamiltonian.residual import ResidualBound, scf_residual
+from sciml.uq.quantile import conformal_rank
 
 WATER = (np.array([8, 1, 1]), np.array([[0.0, 0.0, 0.117], [0.0, 0.757, -0.469], [0.0, -0.757, -0.469]]))
 
