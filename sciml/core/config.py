@@ -197,11 +197,15 @@ HAMILTONIAN = {
                                 "irrep instance (inputs far outside the training range are not extrapolated); null: "
                                 "off",
                           "float", nullable=True),
+        "readout_cutoff": Key(None, "[r_on, r_off] Å: the network's pair corrections fade out (cosine) between them "
+                                    "and far pairs keep the ridge's ΔH; null: no envelope", "list", nullable=True),
         "overlap_filter": Key(None, "molecules: keep the predicted ΔH only on overlap eigenvectors with eigenvalue "
                                     "above this (near-null directions of S amplify errors); null: off", "float",
                               nullable=True),
         "loss": Section({"real": Key(1.0, "normalised block MSE weight"), "eig": Key(0.0, "orbital-energy MSE weight"),
-                         "eig_scale": Key(1e-3, "orbital-energy scale, Hartree")}),
+                         "eig_scale": Key(1e-3, "orbital-energy scale, Hartree"),
+                         "real_scale_power": Key(0.0, "weight of each block irrep in the real-space MSE: its training "
+                                                      "scale to this power (0: all alike; 2: MSE in Hartree)")}),
         "optim": Section({"lr": Key(2e-3, "AdamW learning rate"), "weight_decay": Key(0.0, "AdamW weight decay"),
                           "scheduler": Key("cosine", "schedule", "str", ("cosine", "onecycle", "none")),
                           "min_lr_ratio": Key(0.01, "cosine floor as a share of lr")}),

@@ -35,16 +35,19 @@ class GaussianBasis(nn.Module):
 
 
 class CosineCutoff(nn.Module):
-    """Smooth envelope ``w(r) = ½(cos(π r / r_c) + 1)`` for ``r < r_c``, else 0 (Behler 2011).
+    """Smooth envelope ``w(r) = ½(cos(π (r − r_on) / (r_c − r_on)) + 1)`` for ``r_on < r < r_c`` (Behler 2011).
 
-    ``w`` and ``w'`` vanish at ``r_c``, so an item entering or leaving the cutoff changes nothing abruptly.
+    ``w = 1`` up to ``r_on`` (default 0: the plain cosine cutoff) and 0 from ``r_c`` on; ``w`` and ``w'`` are
+    continuous, so an item entering or leaving the cutoff changes nothing abruptly.
     """
 
-    def __init__(self, cutoff: float) -> None:
+    def __init__(self, cutoff: float, onset: float = 0.0) -> None:
         super().__init__()
-        self.cutoff = float(cutoff)
+        if not 0.0 <= onset < cutoff:
+            raise ValueError(f"cosine cutoff needs 0 <= onset < cutoff, got onset {onset}, cutoff {cutoff}")
+        self.cutoff, self.onset = float(cutoff), float(onset)
 
     def forward(self, r: torch.Tensor) -> torch.Tensor:
         """Envelope of ``r`` (any shape), same shape."""
-        w = 0.5 * (torch.cos(math.pi * r / self.cutoff) + 1.0)
-        return torch.where(r < self.cutoff, w, torch.zeros_like(r))
+        x = ((r - self.onset) / (self.cutoff - self.onset)).clamp(0.0, 1.0)
+        return 0.5 * (torch.cos(math.pi * x) + 1.0)

@@ -104,7 +104,8 @@ def gauge_shift(h_flat: torch.Tensor, ref_flat: torch.Tensor, batch) -> torch.Te
 
 
 def hamiltonian_loss(pred_norm: tuple, target_norm: tuple, masks: tuple, eps_pred: torch.Tensor | None,
-                     eps_ref: torch.Tensor, weights: dict) -> dict[str, torch.Tensor]:
+                     eps_ref: torch.Tensor, weights: dict, channel_weights: tuple | None = None
+                     ) -> dict[str, torch.Tensor]:
     """Weighted sum of the real-space term and the orbital-energy term.
 
     Parameters
@@ -122,19 +123,45 @@ def hamiltonian_loss(pred_norm: tuple, target_norm: tuple, masks: tuple, eps_pre
     weights : dict
         ``real`` (weight of the normalised block MSE), ``eig`` (weight of the orbital-energy MSE) and
         ``eig_scale`` (Hartree unit of that MSE, default 1e-3).
+    channel_weights : tuple, optional
+        (node, edge) weights of each squared component, shaped like ``masks`` (see :func:`channel_weights`);
+        None weighs every normalised component alike.
 
     Returns
     -------
     dict with ``loss``, ``real``, ``eig`` (scalars).
 
     """
-    real = sum(((p - t) ** 2)[m].sum() for p, t, m in zip(pred_norm, target_norm, masks, strict=True))
+    cw = channel_weights or (1.0, 1.0)
+    real = sum(((p - t) ** 2 * w)[m].sum() for p, t, m, w in zip(pred_norm, target_norm, masks, cw, strict=True))
     real = real / sum(m.sum() for m in masks).clamp_min(1)
     eig = torch.zeros((), dtype=torch.float64, device=real.device)
     if eps_pred is not None and weights.get("eig", 0) > 0:
         eig = (((eps_pred - eps_ref) / weights.get("eig_scale", 1e-3)) ** 2).mean()
     loss = weights.get("real", 1.0) * real + weights.get("eig", 0.0) * eig
     return {"loss": loss, "real": real.detach(), "eig": eig.detach()}
+
+
+def channel_weights(stds: tuple, power: float) -> tuple[torch.Tensor, ...]:
+    """Per-type, per-component weights ``(σ/σ̄)^power`` of the normalised squared errors.
+
+    The normalised block MSE weighs every irrep instance alike whatever its scale ``σ`` (Hartree); the matrix
+    MAE used for model selection weighs them by ``σ``. ``power = 2`` turns the loss into the MSE in Hartree²
+    (up to a constant), ``1`` lies halfway, ``0`` is the plain normalised MSE. ``σ̄`` makes the mean weight over
+    the live channels of all ``stds`` (node, edge) equal to 1 (dead channels, ``σ = 0``, get 0).
+
+    Parameters
+    ----------
+    stds : tuple
+        ``(n_types, dim)`` training scales per normaliser (:class:`~sciml.hamiltonian.nn.normalize.IrrepsNormalizer`).
+    power : float
+        Exponent of the scale.
+
+    """
+    scaled = [torch.where(s > 0, s.clamp_min(1e-300) ** power, torch.zeros_like(s)) for s in stds]
+    alive = torch.cat([w[s > 0] for w, s in zip(scaled, stds, strict=True)])
+    mean = alive.mean() if len(alive) else torch.ones(())
+    return tuple(w / mean for w in scaled)
 
 
 def crystal_bands(h_node: torch.Tensor, h_edge: torch.Tensor, setup: dict, node_basis: BlockBasis,

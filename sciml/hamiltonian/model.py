@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import torch
 
+from sciml.core.radial import CosineCutoff
 from sciml.core.types import Prediction
 from sciml.hamiltonian.loss import assemble, crystal_bands, orbital_energies, overlap_filter
 from sciml.hamiltonian.nn import BlockBasis, HamiltonianNet
@@ -62,6 +63,11 @@ class HamiltonianModel(torch.nn.Module):
         Bound of the network's normalised H0 inputs, in training standard deviations per irrep instance
         (:func:`~sciml.hamiltonian.nn.normalize.clip_instances`): an input far outside the training range is put
         on that sphere instead of being extrapolated; ``None``: no bound (models before the option).
+    readout_cutoff : list of float or None
+        ``[r_on, r_off]`` (Å): the network's edge corrections are multiplied by a cosine envelope that is 1 up to
+        ``r_on`` and 0 from ``r_off`` on (:class:`~sciml.core.radial.CosineCutoff`); messages still pass up to the
+        network's ``cutoff``. Far pairs, where H0 is nearly exact, then keep the ridge's ΔH instead of a network
+        correction scaled by the bonded pairs' spread. ``None``: no envelope (models before the option).
     **training
         Training settings (``loss``, ``optim``): kept in :attr:`config` only.
 
@@ -74,10 +80,11 @@ class HamiltonianModel(torch.nn.Module):
 
     def __init__(self, network: dict, layout: dict, stats: dict | None = None, meta: dict | None = None,
                  ridge: dict | None = None, overlap_filter: float | None = None, input_clip: float | None = None,
-                 **training) -> None:
+                 readout_cutoff: list | None = None, **training) -> None:
         super().__init__()
         self.config = {"network": network, "layout": layout, "stats": stats, "meta": meta, "ridge": ridge,
-                       "overlap_filter": overlap_filter, "input_clip": input_clip} | training
+                       "overlap_filter": overlap_filter, "input_clip": input_clip,
+                       "readout_cutoff": readout_cutoff} | training
         self.layout = OrbitalLayout.from_dict(layout)
         zs = self.layout.elements()
         self.node_basis = BlockBasis(self.layout.shells, [(z, z) for z in zs])
@@ -96,6 +103,9 @@ class HamiltonianModel(torch.nn.Module):
         self.register_buffer("edge_mask", torch.stack([self.edge_basis.mask(*p) for p in self.edge_basis.pairs]))
         for kind, basis in (("node", self.node_basis), ("edge", self.edge_basis)):
             self.register_buffer(f"{kind}_inst", irrep_instances(basis.irreps)[0], persistent=False)
+        if readout_cutoff is not None and len(readout_cutoff) != 2:
+            raise ValueError(f"model.readout_cutoff must be [r_on, r_off] in Å, got {readout_cutoff!r}")
+        self.readout_envelope = CosineCutoff(readout_cutoff[1], readout_cutoff[0]) if readout_cutoff else None
         self.ridge = None
         if ridge and self.use_h0:
             self.ridge = TensorProductRidge.from_settings(self.node_basis, self.edge_basis, ridge)
@@ -143,7 +153,11 @@ class HamiltonianModel(torch.nn.Module):
         node, edge = node * self.node_mask[nt], edge * self.edge_mask[et]
         bn, be = self.base(batch, vec64)
         dn = (self.norms["y_node"].denormalize(node, nt) + bn) * self.node_mask[nt]
-        de = be.index_add(0, sel.nonzero().flatten(), self.norms["y_edge"].denormalize(edge, et))
+        raw_edge = self.norms["y_edge"].denormalize(edge, et)
+        if self.readout_envelope is not None:  # on the correction in Hartree, the type's mean included
+            raw_edge = raw_edge * self.readout_envelope(vec64[sel].norm(dim=-1)).unsqueeze(-1)
+            edge = self.norms["y_edge"].normalize(raw_edge, et).to(dt)
+        de = be.index_add(0, sel.nonzero().flatten(), raw_edge)
         de = de * self.edge_mask[batch.edge_type]
         return {"node": node, "edge": edge, "base_node": bn, "base_edge": be, "d_node": dn, "d_edge": de}
 

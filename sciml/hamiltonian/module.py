@@ -12,7 +12,7 @@ from __future__ import annotations
 import lightning as L
 import torch
 
-from sciml.hamiltonian.loss import block_mae, hamiltonian_loss, matrix_mae, orbital_energies
+from sciml.hamiltonian.loss import block_mae, channel_weights, hamiltonian_loss, matrix_mae, orbital_energies
 from sciml.hamiltonian.model import HamiltonianModel
 from sciml.hamiltonian.units import HARTREE_MEV
 
@@ -22,10 +22,11 @@ class HamiltonianModule(HamiltonianModel, L.LightningModule):
 
     Parameters
     ----------
-    network, layout, stats, meta, ridge, overlap_filter, input_clip
+    network, layout, stats, meta, ridge, overlap_filter, input_clip, readout_cutoff
         The model's (:class:`~sciml.hamiltonian.model.HamiltonianModel`).
     loss : dict
-        ``real``, ``eig``, ``eig_scale`` weights (see :func:`hamiltonian_loss`).
+        ``real``, ``eig``, ``eig_scale`` weights (see :func:`hamiltonian_loss`) and ``real_scale_power``
+        (0: every normalised irrep instance alike; 2: squared error in Hartree; see :func:`channel_weights`).
     optim : dict
         ``lr``, ``weight_decay``, ``scheduler`` (``cosine``, ``onecycle`` or ``none``), ``min_lr_ratio``.
 
@@ -33,10 +34,12 @@ class HamiltonianModule(HamiltonianModel, L.LightningModule):
 
     def __init__(self, network: dict, layout: dict, stats: dict | None = None, loss: dict | None = None,
                  optim: dict | None = None, meta: dict | None = None, ridge: dict | None = None,
-                 overlap_filter: float | None = None, input_clip: float | None = None) -> None:
-        super().__init__(network, layout, stats, meta, ridge, overlap_filter, input_clip, loss=loss, optim=optim)
+                 overlap_filter: float | None = None, input_clip: float | None = None,
+                 readout_cutoff: list | None = None) -> None:
+        super().__init__(network, layout, stats, meta, ridge, overlap_filter, input_clip, readout_cutoff, loss=loss,
+                         optim=optim)
         self.save_hyperparameters()
-        self.loss_weights = {"real": 1.0, "eig": 0.0, "eig_scale": 1e-3} | (loss or {})
+        self.loss_weights = {"real": 1.0, "eig": 0.0, "eig_scale": 1e-3, "real_scale_power": 0.0} | (loss or {})
         self.optim = {"lr": 2e-3, "weight_decay": 0.0, "scheduler": "cosine", "min_lr_ratio": 0.01} | (optim or {})
 
     def _step(self, batch, stage: str) -> torch.Tensor:
@@ -60,8 +63,10 @@ class HamiltonianModule(HamiltonianModel, L.LightningModule):
             h = self.matrices(batch, out)
             eps, ref = (orbital_energies(h, batch) if need_eig else None), batch.y
             mae = matrix_mae(h.detach(), batch.h, batch).mean() * 1e6
+        cw = channel_weights((self.norms["y_node"].std, self.norms["y_edge"].std),
+                             self.loss_weights["real_scale_power"])
         loss = hamiltonian_loss((out["node"].double(), out["edge"].double()), target, masks, eps, ref,
-                                self.loss_weights)
+                                self.loss_weights, (cw[0][nt], cw[1][et]))
         n = batch.num_graphs
         self.log(f"{stage}_loss", loss["loss"], prog_bar=stage == "train", batch_size=n, sync_dist=True)
         self.log(f"{stage}_mae", mae, prog_bar=stage != "train", batch_size=n, sync_dist=True)

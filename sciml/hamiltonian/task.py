@@ -72,7 +72,8 @@ def build(cfg: dict, run_dir: Path | None = None) -> tuple[HamiltonianDataModule
                                optim=cfg["model"].get("optim"), meta=meta,
                                ridge=dict(settings, shapes=ridge.shapes) if ridge is not None else None,
                                overlap_filter=cfg["model"].get("overlap_filter"),
-                               input_clip=cfg["model"].get("input_clip"))
+                               input_clip=cfg["model"].get("input_clip"),
+                               readout_cutoff=cfg["model"].get("readout_cutoff"))
     if ridge is not None:
         module.ridge.load_state_dict(ridge.state_dict(), strict=True)
     return dm, module

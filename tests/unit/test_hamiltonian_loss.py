@@ -13,7 +13,14 @@ import torch
 from scipy.linalg import eigh
 
 from sciml.hamiltonian.data.datamodule import bases, collate, structure_to_sample
-from sciml.hamiltonian.loss import assemble, gauge_shift, hamiltonian_loss, matrix_mae, orbital_energies
+from sciml.hamiltonian.loss import (
+    assemble,
+    channel_weights,
+    gauge_shift,
+    hamiltonian_loss,
+    matrix_mae,
+    orbital_energies,
+)
 from sciml.hamiltonian.orbitals import OrbitalLayout
 from sciml.hamiltonian.structure import HamiltonianStructure
 
@@ -83,3 +90,29 @@ def test_gauge_shift_recovers_uniform_offset(mu):
     assert torch.allclose(gauge_shift(shifted, batch.h, batch), torch.full_like(batch.h, mu), atol=1e-12)
     corrected = matrix_mae(shifted, batch.h + gauge_shift(shifted, batch.h, batch) * batch.s, batch)
     assert float(corrected.max()) < 1e-12
+
+
+@pytest.mark.parametrize("power", [0.0, 1.0, 2.0])
+def test_channel_weights_turn_the_normalised_mse_into_a_scaled_one(power):
+    """With weights ``(σ/σ̄)^p`` the loss on normalised irreps equals the MSE of ``σ^(p/2)``-scaled errors.
+
+    ``p = 2`` is the squared error in Hartree up to one constant; dead channels (σ = 0) carry no weight.
+    """
+    gen = torch.Generator().manual_seed(0)
+    stds = (torch.rand(2, 5, generator=gen, dtype=torch.float64), torch.rand(3, 4, generator=gen, dtype=torch.float64))
+    stds[1][0, 1] = 0.0
+    types = (torch.tensor([0, 1, 1]), torch.tensor([2, 0, 1, 0]))
+    pred = tuple(torch.randn(len(t), s.shape[1], generator=gen, dtype=torch.float64)
+                 for t, s in zip(types, stds, strict=True))
+    target = tuple(torch.randn_like(p) for p in pred)
+    masks = tuple((s > 0)[t] for s, t in zip(stds, types, strict=True))
+    cw = channel_weights(stds, power)
+    alive = torch.cat([s[s > 0] for s in stds])
+    mean_weight = torch.cat([w[s > 0] for w, s in zip(cw, stds, strict=True)]).mean()
+    assert torch.allclose(mean_weight, torch.ones((), dtype=torch.float64))
+    got = hamiltonian_loss(pred, target, masks, None, torch.zeros(1), {}, (cw[0][types[0]], cw[1][types[1]]))["real"]
+    scale = (alive ** power).mean()
+    sq = [((p - t) ** 2 * s[ty] ** power)[m] for p, t, s, ty, m in zip(pred, target, stds, types, masks, strict=True)]
+    want = torch.cat(sq).mean() / scale
+    assert torch.allclose(got, want, rtol=1e-12)
+    assert cw[1][0, 1] == 0

@@ -37,7 +37,10 @@ def float64():
 
 
 def molecule(pos, h0, s, numbers=NUMBERS):
-    return HamiltonianStructure.from_dense(numbers, pos, {"H0": h0, "S": s, "H": h0}, LAYOUT,
+    """A synthetic molecule whose target ``H = H0 + 0.1 S + 0.02 H0²`` differs from H0 equivariantly (so the
+    normalisation statistics of ``H − H0`` are alive and the network's read-outs count)."""
+    h = h0 + 0.1 * s + 0.02 * h0 @ h0
+    return HamiltonianStructure.from_dense(numbers, pos, {"H0": h0, "S": s, "H": h}, LAYOUT,
                                            meta={"n_occupied": 3}, order="e3nn")
 
 
@@ -49,14 +52,15 @@ def reference(rng):
     return pos, a + a.T, np.eye(n) + 0.5 * (b + b.T) / n
 
 
-def build(samples, use_h0=True, ridge=False, input_clip=None):
+def build(samples, use_h0=True, ridge=False, input_clip=None, readout_cutoff=None):
     torch.manual_seed(0)
     node_basis, edge_basis = bases(LAYOUT)
     dm = SimpleNamespace(datasets={"train": samples}, node_basis=node_basis, edge_basis=edge_basis, collate_fn=collate)
     fitted = fit_ridge(dm, RIDGE) if ridge else None
     stats = normalisation_stats(dm, use_h0, fitted)
     module = HamiltonianModule(network=NET | {"use_h0": use_h0}, layout=LAYOUT.to_dict(), stats=stats,
-                               ridge=RIDGE | {"shapes": fitted.shapes} if ridge else None, input_clip=input_clip)
+                               ridge=RIDGE | {"shapes": fitted.shapes} if ridge else None, input_clip=input_clip,
+                               readout_cutoff=readout_cutoff)
     if ridge:
         module.ridge.load_state_dict(fitted.state_dict())
         assert len(fitted.shapes) > 0
@@ -76,13 +80,15 @@ def predict(module, structures):
     return h.reshape(len(structures), n, n)
 
 
-@pytest.mark.parametrize(("use_h0", "ridge", "clip"), [(True, False, None), (False, False, None),
-                                                     (True, True, None), (True, True, 0.3)])
-def test_rotation_translation_equivariance(use_h0, ridge, clip):
-    """``clip`` 0.3: the input bound is active on most irrep instances (their training RMS is 1 per component)."""
+@pytest.mark.parametrize(("use_h0", "ridge", "clip", "readout"), [
+    (True, False, None, None), (False, False, None, None), (True, True, None, None), (True, True, 0.3, None),
+    (True, True, None, [0.8, 1.3])])
+def test_rotation_translation_equivariance(use_h0, ridge, clip, readout):
+    """``clip`` 0.3: the input bound is active on most irrep instances (their training RMS is 1 per component);
+    ``readout`` [0.8, 1.3] Å: the envelope is partly on for the O–H pairs (~0.96 Å) and off for H–H (~1.5 Å)."""
     rng = np.random.default_rng(0)
     pos, h0, s = reference(rng)
-    module = build([structure_to_sample(molecule(pos, h0, s), LAYOUT, *bases(LAYOUT))], use_h0, ridge, clip)
+    module = build([structure_to_sample(molecule(pos, h0, s), LAYOUT, *bases(LAYOUT))], use_h0, ridge, clip, readout)
     for k in range(3):
         q = -random_orthogonal(rng, parity=False) if k == 1 else random_orthogonal(rng, parity=False)  # k=1: improper
         d = block_wigner(LAYOUT, NUMBERS, q).numpy()
@@ -136,3 +142,19 @@ def test_input_clip_bounds_instance_norms_and_is_identity_inside():
         f = direction[:, inst == k]
         assert torch.allclose(f, f[:, :1].expand_as(f)) and bool((f > 0).all())
         assert bool((f[big[:, k], 0] < 1).all())
+
+
+def test_readout_cutoff_leaves_far_pairs_to_the_ridge():
+    """Beyond ``r_off`` the network adds nothing to a pair's ΔH (here without ridge: exactly 0); inside it does."""
+    rng = np.random.default_rng(2)
+    pos, h0, s = reference(rng)
+    sample = structure_to_sample(molecule(pos, h0, s), LAYOUT, *bases(LAYOUT))
+    module = build([sample], readout_cutoff=[0.5, 1.2])
+    batch = collate([sample])
+    with torch.no_grad():
+        out = module.outputs(batch)
+    dist = batch.vectors().norm(dim=-1)
+    far, near = dist > 1.2, (dist > 0) & (dist < 1.2)
+    assert far.any() and near.any()
+    assert torch.equal(out["d_edge"][far], out["base_edge"][far])
+    assert float((out["d_edge"][near] - out["base_edge"][near]).abs().max()) > 1e-6
