@@ -104,7 +104,7 @@ def gauge_shift(h_flat: torch.Tensor, ref_flat: torch.Tensor, batch) -> torch.Te
 
 
 def hamiltonian_loss(pred_norm: tuple, target_norm: tuple, masks: tuple, eps_pred: torch.Tensor | None,
-                     eps_ref: torch.Tensor, weights: dict, channel_weights: tuple | None = None
+                     eps_ref: torch.Tensor, weights: dict, component_weights: tuple | None = None
                      ) -> dict[str, torch.Tensor]:
     """Weighted sum of the real-space term and the orbital-energy term.
 
@@ -123,7 +123,7 @@ def hamiltonian_loss(pred_norm: tuple, target_norm: tuple, masks: tuple, eps_pre
     weights : dict
         ``real`` (weight of the normalised block MSE), ``eig`` (weight of the orbital-energy MSE) and
         ``eig_scale`` (Hartree unit of that MSE, default 1e-3).
-    channel_weights : tuple, optional
+    component_weights : tuple, optional
         (node, edge) weights of each squared component, shaped like ``masks`` (see :func:`channel_weights`);
         None weighs every normalised component alike.
 
@@ -132,7 +132,7 @@ def hamiltonian_loss(pred_norm: tuple, target_norm: tuple, masks: tuple, eps_pre
     dict with ``loss``, ``real``, ``eig`` (scalars).
 
     """
-    cw = channel_weights or (1.0, 1.0)
+    cw = component_weights or (1.0, 1.0)
     real = sum(((p - t) ** 2 * w)[m].sum() for p, t, m, w in zip(pred_norm, target_norm, masks, cw, strict=True))
     real = real / sum(m.sum() for m in masks).clamp_min(1)
     eig = torch.zeros((), dtype=torch.float64, device=real.device)

@@ -158,3 +158,11 @@ def test_readout_cutoff_leaves_far_pairs_to_the_ridge():
     assert far.any() and near.any()
     assert torch.equal(out["d_edge"][far], out["base_edge"][far])
     assert float((out["d_edge"][near] - out["base_edge"][near]).abs().max()) > 1e-6
+
+
+@pytest.mark.parametrize(("bad", "match"), [([1.0], "must be \\[r_on, r_off\\]"), ([3.0, 2.0], "onset < cutoff")])
+def test_readout_cutoff_rejects_bad_settings(bad, match):
+    rng = np.random.default_rng(3)
+    pos, h0, s = reference(rng)
+    with pytest.raises(ValueError, match=match):
+        build([structure_to_sample(molecule(pos, h0, s), LAYOUT, *bases(LAYOUT))], readout_cutoff=bad)
