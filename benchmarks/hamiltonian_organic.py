@@ -39,12 +39,18 @@ RESULTS = ROOT / "benchmarks" / "results" / "hamiltonian.json"
 HARTREE_MEV = 27211.386245988
 
 
+def module_copy(predictor):
+    """A shallow copy of ``predictor`` with its own deep copy of the model, to change without touching the original."""
+    out = copy.copy(predictor)
+    out.module = copy.deepcopy(predictor.module)
+    return out
+
+
 def ridge_only(predictor):
     """A copy of ``predictor`` whose network read-outs are zero: the closed-form ridge alone predicts ΔH."""
     from sciml.hamiltonian.select import disable_network
 
-    out = copy.copy(predictor)
-    out.module = copy.deepcopy(predictor.module)
+    out = module_copy(predictor)
     disable_network(out.module)
     return out
 

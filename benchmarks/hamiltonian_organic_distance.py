@@ -19,11 +19,10 @@ Prints a table and a JSON summary; writes nothing.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 
 import numpy as np
-from hamiltonian_organic import errors, reference, ridge_only
+from hamiltonian_organic import errors, module_copy, reference, ridge_only
 from hamiltonian_organic_val import split
 
 ENVELOPES = [None, (1.0, 2.0), (1.5, 2.2), (1.5, 3.0), (2.0, 3.0), (2.0, 4.0), (3.0, 5.0)]
@@ -56,8 +55,7 @@ def with_envelope(predictor, envelope):
     """A copy of ``predictor`` whose network pair corrections carry the cosine envelope ``(r_on, r_off)``."""
     from sciml.core.radial import CosineCutoff
 
-    out = copy.copy(predictor)
-    out.module = copy.deepcopy(predictor.module)
+    out = module_copy(predictor)
     out.module.readout_envelope = None if envelope is None else CosineCutoff(envelope[1], envelope[0])
     return out
 
