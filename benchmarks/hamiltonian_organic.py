@@ -195,9 +195,11 @@ def main(argv=None) -> int:
               **summarise(per_molecule, len(predictors)), "residual_bound": residual_summary(per_molecule),
               "seconds": round(time.perf_counter() - start, 1),
               "platform": platform.platform()}
-    data = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
+    from sciml.core.io.atomic import atomic_write_text
+
+    data = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}  # re-read: another script writes here
     data["organic"] = result
-    RESULTS.write_text(json.dumps(data, indent=1) + "\n")
+    atomic_write_text(RESULTS, json.dumps(data, indent=1) + "\n")
     print(json.dumps({"mean_over_molecules": result["mean_over_molecules"], "done_when": result["done_when"],
                       "residual_bound": result["residual_bound"]}, indent=1))
     return 0
