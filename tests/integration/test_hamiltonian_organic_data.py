@@ -59,21 +59,21 @@ def test_fast_h0_is_close_to_the_full_one_but_not_equal():
         zeroth_step_matrices(mol, "pbe", 3, "cheap")
 
 
-
 def test_fast_h0_blocks_the_xc_grid_without_changing_the_sum():
     """The XC working-memory cap changes only pyscf's grid blocking (one block vs several), not H0."""
     from pyscf import gto
 
-    from sciml.hamiltonian.data.h0 import XC_WORK_MB, fock_solver
+    from sciml.hamiltonian.data.h0 import fock_solver
 
     mol = gto.M(atom="C 0 0 0; O 0 0 1.128", basis="def2-svp", verbose=0)
     capped = fock_solver(mol, "pbe", method="fast")
     assert capped.with_df.max_memory == mol.max_memory  # the DF Coulomb keeps pyscf's limit
-    assert capped.max_memory < mol.max_memory and XC_WORK_MB < 256
+    assert capped.max_memory < mol.max_memory  # the XC integral gets XC_WORK_MB above what the process holds
     default = fock_solver(mol, "pbe", method="fast")
     default.max_memory = mol.max_memory
     dm = capped.get_init_guess(key="minao")
     np.testing.assert_allclose(capped.get_fock(dm=dm), default.get_fock(dm=dm), rtol=0, atol=1e-12)
+
 
 def test_bad_folders(folder, tmp_path, capsys):
     empty = tmp_path / "empty"
