@@ -15,10 +15,11 @@ Models: ``no_change``, ``train_mean``, ``additive``, ``linear`` (:mod:`sciml.per
 cells are drawn control cells shifted by the predicted effect), ``additive_mean`` (the additive baseline's exact mean,
 no draw: the bar of a fallen-back model, and of Norman's ``done_when`` together with ``additive``), the
 learned per-gene ``combination`` rule (:mod:`sciml.perturbation.baselines.combination`), our ``flow`` (config recipe:
-rule shrunk towards additive by λ chosen on val, then the additive fallback when it does not beat additive on
-val — the same steps as ``sciml export``), and the ``noise_ceiling`` (half of the real cells predicting the other half).
+masking prior, κ and τ chosen on the training + val doubles, generated mean = prior mean; then the additive fallback
+when it does not beat additive on val — the same steps as ``sciml export``), and the ``noise_ceiling`` (half of the
+real cells predicting the other half).
 Per case: all metrics of :mod:`sciml.perturbation.metrics` per condition, the flow/additive MSE ratio of every
-held-out double and the worst one, the share of negative generated values, the val check, λ, under the fallback
+held-out double and the worst one, the share of negative generated values, the val check, κ and τ, under the fallback
 the largest gap between the generated mean and the additive baseline's (``fallback_gap_to_additive``), train time,
 cells generated per second, and the coverage of the conformal effect bands (on the test conditions, and averaged
 over 500 random re-splits of the pooled calibration + test conditions). With ``--speed`` (first simulator case):
@@ -31,7 +32,6 @@ Usage::
     python benchmarks/perturbation.py [--settings default cooperative noisy] [--seeds 0 1 2] [--threads 1]
         [--no-real] [--no-sim] [--real norman_additive norman_unseen_single mcfaline_cell_line] [--speed]
         [--epochs N] [--work DIR] [--output PATH]
-    python benchmarks/perturbation.py --prior-only --settings cooperative --output prior.json   # no training
 
 A case whose run folder under ``--work`` already holds a ``last.ckpt`` resumes it (a finished training only
 reloads its best checkpoint; ``resumed_checkpoint`` says so and ``train_seconds`` is then not a training time).
@@ -209,7 +209,7 @@ def per_double(table: pd.DataFrame) -> dict:
 
 def run_case(name: str, cfg: dict, run_dir: Path, n_cells: int, alpha: float, truth: dict | None,
              speed: bool = False) -> dict:
-    """Train, choose on val (λ at build, additive fallback after training), predict and evaluate one case.
+    """Train, choose on val (prior at build, additive fallback after training), predict and evaluate one case.
 
     Baselines and the noise ceiling run on the same data module.
     """
@@ -232,7 +232,8 @@ def run_case(name: str, cfg: dict, run_dir: Path, n_cells: int, alpha: float, tr
     result = {"case": name, "seed": seed, "split": dm.split["kind"], "n_genes": len(dm.genes),
               "conditions": {k: len(v) for k, v in dm.conditions.items()}, "train_seconds": train_s,
               "cells_per_second": len(test_cells) * n_cells / gen_s, "n_cells": n_cells,
-              "sampler": [module.flow["method"], module.flow["steps"]], "shrink": module.flow["shrink"],
+              "sampler": [module.flow["method"], module.flow["steps"]], "prior": module.flow["prior"],
+              "shrink": module.flow["shrink"], "kappa": module.flow["kappa"], "denoise": module.flow["denoise"],
               "val_check": check, "additive_fallback": fallback, "resumed_checkpoint": resumed,
               "fallback_gap_to_additive": fallback_gap(test_cells, dm) if fallback else None,
               "negative_share": float(np.mean([np.mean(x < 0) for x in test_cells.values()])),
@@ -263,43 +264,6 @@ def grn_case(setting: str, seed: int, base: dict, work: Path, n_cells: int, alph
     return out | {"setting": setting, "fraction_interacting": truth["fraction_interacting"]}
 
 
-def prior_diagnosis(setting: str, seed: int, base: dict, work: Path) -> dict:
-    """The prior alone (no network, no training) on one simulator case: what decides the generated mean.
-
-    With ``remainder_mean: 0`` the flow's generated mean is the prior mean plus the control draw and the clip, so the
-    number of epochs does not enter it. Per λ of the shrink grid: the prior's MSE (population control mean + prior,
-    clipped at 0) on val and on test, beside the additive baseline's exact mean, and the λ chosen
-    (:func:`sciml.perturbation.select.choose_shrink`, val + cross-fitted training doubles). The test column is a
-    diagnosis only; nothing is chosen on it.
-    """
-    from sciml.perturbation.baselines.simple import Additive
-    from sciml.perturbation.select import SHRINK_GRID, choose_shrink
-    from sciml.perturbation.task import build
-
-    data_cfg = load_config(ROOT / "configs" / "data" / f"grn_{setting}.yaml")["grn"]
-    path = work / f"grn_{setting}_seed{seed}.h5ad"
-    if not path.exists():
-        write_h5ad(simulate(data_cfg | {"seed": seed}), path)
-    cfg = copy.deepcopy(base) | {"seed": seed}
-    cfg["data"] |= {"path": str(path), "split": cfg["data"]["split"] | {"seed": seed}}
-    dm, model = build(cfg, None)
-    choice = choose_shrink(model, dm, seed=seed)
-    additive = Additive().fit(dm)
-    out = {"setting": setting, "seed": seed, "chosen": choice["shrink"], "criterion": choice["mse"], "n": choice["n"]}
-    for split in ("val", "test"):
-        truth = {k: dm.cells(k).mean(0) for k in dm.conditions[split]}
-        mse = {"additive_mean": float(np.mean([np.mean((np.maximum(additive.predict_mean(k), 0) - t) ** 2)
-                                               for k, t in truth.items()]))}
-        for lam in SHRINK_GRID:
-            model.set_flow(shrink=lam)
-            with torch.no_grad():
-                pred = {k: np.maximum(dm.control_matrix(k).mean(0) + model.prior_mean(
-                    torch.as_tensor([dm.encode(k)]))[0].numpy(), 0) for k in truth}
-            mse[str(lam)] = float(np.mean([np.mean((pred[k] - t) ** 2) for k, t in truth.items()]))
-        out[split] = mse
-    return out
-
-
 def done_when(results: dict) -> dict:
     """Issue 14's bars per simulator case, and the Norman and speed bars."""
     rows = []
@@ -312,7 +276,8 @@ def done_when(results: dict) -> dict:
                      "no_double_over_2x": r["per_double"]["worst_ratio"] <= 2.0,
                      "negative_share": r["negative_share"], "zero_negative": r["negative_share"] == 0.0,
                      "coverage_resplit": r["bands"]["coverage_simultaneous_resplit"],
-                     "additive_fallback": r["additive_fallback"], "shrink": r["shrink"]})
+                     "additive_fallback": r["additive_fallback"],
+                     "kappa": r.get("kappa"), "denoise": r.get("denoise")})
     out = {"grn": rows}
     norman = [r for r in results.get("real", []) if r["case"].startswith("norman")]
     if norman:
@@ -337,8 +302,8 @@ def done_when(results: dict) -> dict:
 def print_case(r: dict) -> None:
     """Table of the headline metrics (all test conditions, and interaction-bearing doubles if any)."""
     print(f"\n== {r['case']} seed {r['seed']} ({r['split']}, {r['conditions']}) train {r['train_seconds']:.0f} s, "
-          f"{r['cells_per_second']:.0f} cells/s; λ {r['shrink']}, val {r['val_check']}, fallback "
-          f"{r['additive_fallback']}; worst double {r['per_double']['worst_ratio']}; bands: {r['bands']}")
+          f"{r['cells_per_second']:.0f} cells/s; κ {r.get('kappa')} τ {r.get('denoise')}, val {r['val_check']}, "
+          f"fallback {r['additive_fallback']}; worst double {r['per_double']['worst_ratio']}; bands: {r['bands']}")
     rows = {m: {k: v["all"][k] for k in METRICS} for m, v in r["summary"].items()}
     print(pd.DataFrame(rows).T.round(4).to_string())
     if "speed" in r:
@@ -369,8 +334,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-sim", action="store_true", help="skip the simulator settings")
     p.add_argument("--real", nargs="+", default=list(REAL), choices=list(REAL), help="real-data cases to run")
     p.add_argument("--speed", action="store_true", help="today's vs the fast sampler on the first simulator case")
-    p.add_argument("--prior-only", action="store_true", help="no training: the prior mean per shrink value on val "
-                   "and test for --settings x --seeds (a diagnosis; writes only 'prior_diagnosis')")
     p.add_argument("--merge", nargs="+", default=None, help="merge partial JSON results into --output")
     p.add_argument("--set", nargs="*", default=[], help="config overrides for every case, e.g. --set "
                    "--model.flow.prior_dropout 0 (after --set, as in `sciml fit`)")
@@ -402,12 +365,6 @@ def main(argv: list[str] | None = None) -> int:
         results["done_when"] = done_when(results)
         atomic_write_text(args.output, json.dumps(results, indent=1, default=float))
 
-    if args.prior_only:
-        rows = [prior_diagnosis(s, seed, cfgs["grn"], work) for s in args.settings for seed in args.seeds]
-        print(json.dumps(rows, indent=1, default=float))
-        atomic_write_text(args.output, json.dumps({"prior_diagnosis": rows}, indent=1, default=float))
-        print(f"wrote {args.output}")
-        return 0
     if not args.no_sim:
         for setting in args.settings:
             for seed in args.seeds:

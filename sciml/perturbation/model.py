@@ -17,15 +17,15 @@ from torch import Tensor
 
 from sciml.core.types import Prediction
 from sciml.perturbation.distances import RBF_SCALES
-from sciml.perturbation.nn import PATHS, PADTransformer, integrate, project_mean
+from sciml.perturbation.nn import PATHS, PADTransformer, integrate, masking_prior, project_mean
 from sciml.perturbation.nn.combination import CombinationRule
 
 FLOW_DEFAULTS = {"path": "control", "sigma": 0.1, "ot": True, "mmd_weight": 2.0, "mmd_scales": list(RBF_SCALES),
                  "steps": 20, "method": "rk4", "val_steps": 4, "max_genes": None, "prior_dropout": 0.2,
                  "additive_skip": True, "prior": "additive", "combination_hidden": 32,
-                 "remainder_mean": 1.0, "shrink": 1.0, "own_genes": "rule", "nonnegative": True,
-                 "additive_fallback": False}
-PRIORS = ("additive", "combination")
+                 "remainder_mean": 1.0, "shrink": 1.0, "kappa": 0.0, "denoise": 0.0, "own_genes": "rule",
+                 "nonnegative": True, "exact_mean": False, "additive_fallback": False}
+PRIORS = ("additive", "combination", "masking")
 OWN_GENES = ("rule", "additive")
 PRIOR_CHANNELS = 4
 OPTIM_DEFAULTS = {"lr": 1e-3, "weight_decay": 1e-4, "scheduler": "cosine"}
@@ -49,7 +49,8 @@ class PerturbationModel(torch.nn.Module):
         Over :data:`FLOW_DEFAULTS`: ``path`` (``control`` or ``noise``), ``sigma``, ``ot`` (minibatch-OT pairing of
         the control path), ``mmd_weight`` λ, ``mmd_scales``, sampling ``steps``/``method``, ``val_steps`` (Euler
         steps of the validation metric), ``max_genes`` (random gene subset per training step, ``None``: all),
-        ``prior`` (``additive`` or ``combination``), ``combination_hidden``, ``remainder_mean`` (see below).
+        ``prior`` (``additive``, ``combination`` or ``masking``), ``combination_hidden``, ``remainder_mean``, ``kappa``,
+        ``denoise``, ``exact_mean`` (see below).
     optim : dict
         Over :data:`OPTIM_DEFAULTS`: ``lr``, ``weight_decay``, ``scheduler`` (``cosine`` or ``none``); used by
         training only.
@@ -66,6 +67,10 @@ class PerturbationModel(torch.nn.Module):
         with both singles known is instead a per-gene combination rule
         (:class:`~sciml.perturbation.nn.combination.CombinationRule`, buffers/parameters ``combination.*``)
         fitted on the training doubles by :meth:`fit_combination` and frozen; the network learns the remainder.
+        With ``flow.prior: masking`` it is :func:`~sciml.perturbation.nn.masking.masking_prior` of the two singles
+        (``flow.kappa`` κ, ``flow.denoise`` τ; ``"auto"``: chosen by
+        :func:`sciml.perturbation.select.choose_masking` when the model is built), using the singles' squared
+        standard errors (buffer ``single_var`` ``(V, G)``, set with the effects).
         ``flow.remainder_mean`` ``w`` ∈ [0, 1] shrinks the network's per-condition mean velocity (over the
         condition's cells) to ``w`` times itself for conditions whose singles are all known: ``w = 0`` fixes the
         generated mean effect to the prior mean and the network only shapes the distribution around it.
@@ -82,6 +87,9 @@ class PerturbationModel(torch.nn.Module):
         ``apply_fallback`` to the additive baseline's stand-in, the mean training effect), clipped at 0 under
         ``nonnegative``; the network only shapes the cells, which :meth:`sample` moves to the nearest
         non-negative population with exactly that mean (:func:`~sciml.perturbation.nn.project_mean`).
+        ``flow.exact_mean`` does the same for every condition whose singles are all known, with the model's own
+        prior mean (under ``remainder_mean: 0`` this only removes the sampling error of the drawn control cells'
+        mean and the bias of clipping each cell at 0).
 
     Attributes
     ----------
@@ -113,18 +121,27 @@ class PerturbationModel(torch.nn.Module):
         if self.flow["prior"] == "combination":
             self.combination = CombinationRule(int(self.flow["combination_hidden"])).requires_grad_(False)
             self.register_buffer("ctrl_mean", torch.zeros(n_measured))  # μ_0 feature of the rule
+        if self.flow["prior"] == "masking":
+            self.register_buffer("single_var", torch.zeros(len(genes), n_measured))  # squared s.e. of single_effect
         if self.flow["path"] not in PATHS:
             raise ValueError(f"flow.path is {self.flow['path']!r}; known: {sorted(PATHS)}")
         kwargs = {"ot": bool(self.flow["ot"])} if self.flow["path"] == "control" else {}
         self.path = PATHS[self.flow["path"]](sigma=self.flow["sigma"], **kwargs)
 
-    def set_single_effects(self, effects: dict[int, Tensor]) -> None:
-        """Store measured single effects ``{vocabulary index: Δ (G,)}`` (training split only)."""
+    def set_single_effects(self, effects: dict[int, Tensor], variances: dict[int, Tensor] | None = None) -> None:
+        """Store measured single effects ``{vocabulary index: Δ (G,)}`` (training split only).
+
+        ``variances``: their squared standard errors, same keys (kept under ``flow.prior: masking``; 0 if absent).
+        """
         self.single_effect.zero_()
         self.has_effect.zero_()
         for i, delta in effects.items():
             self.single_effect[i] = torch.as_tensor(delta, dtype=self.single_effect.dtype)
             self.has_effect[i] = True
+        if hasattr(self, "single_var"):
+            self.single_var.zero_()
+            for i, var in (variances or {}).items():
+                self.single_var[i] = torch.as_tensor(var, dtype=self.single_var.dtype)
         self.unknown_effect.copy_(_mean_single(self.single_effect, self.has_effect))
 
     def set_unknown_effect(self, delta: Tensor) -> None:
@@ -166,19 +183,38 @@ class PerturbationModel(torch.nn.Module):
                     pert: Tensor | None = None) -> Tensor:
         """Prior mean effect ``(C, G)`` of single effects ``d`` ``(C, P, G)``.
 
-        ``Δa + Δb``, or for doubles with both singles known ``Δa + Δb + λ·(rule − Δa − Δb)``, with the perturbed
-        genes' own columns additive under ``own_genes: additive``.
+        ``Δa + Δb``, or for doubles with both singles known the rule of ``flow.prior`` (:meth:`_double_rule`), with
+        the perturbed genes' own columns additive under ``own_genes: additive``.
         """
         total = d.sum(1)
-        lam = self.shrink()
-        if self.combination is None or d.shape[1] != 2 or lam == 0.0:
+        rule = self._double_rule(d, genes, pert) if d.shape[1] == 2 and pert is not None else None
+        if rule is None:
             return total
-        mu0 = self.ctrl_mean if genes is None else self.ctrl_mean[genes]
         both = (known.all(-1) & valid.all(-1))[:, None]
-        if self.flow["own_genes"] == "additive" and pert is not None:
+        if self.flow["own_genes"] == "additive":
             both = both & ~self._own_columns(pert, genes, d.shape[-1])
-        rule = self.combination(d[:, 0], d[:, 1], mu0)
-        return torch.where(both, total + lam * (rule - total), total)
+        return torch.where(both, rule, total)
+
+    def _double_rule(self, d: Tensor, genes: Tensor | None, pert: Tensor) -> Tensor | None:
+        """Prior mean ``(C, G)`` of doubles ``d`` ``(C, 2, G)`` by ``flow.prior``; ``None`` where it is additive.
+
+        ``combination``: ``Δa + Δb + λ·(rule − Δa − Δb)``; ``masking``: :func:`masking_prior` with ``κ``, ``τ``
+        (``"auto"`` not yet chosen counts as 0). Additive under ``additive_fallback``.
+        """
+        if self.flow["additive_fallback"]:
+            return None
+        if self.combination is not None and self.shrink() != 0.0:
+            total = d.sum(1)
+            mu0 = self.ctrl_mean if genes is None else self.ctrl_mean[genes]
+            return total + self.shrink() * (self.combination(d[:, 0], d[:, 1], mu0) - total)
+        if self.flow["prior"] == "masking":
+            kappa, tau = (0.0 if v == "auto" else float(v) for v in (self.flow["kappa"], self.flow["denoise"]))
+            if kappa == 0.0 and tau == 0.0:
+                return None
+            var = self.single_var[pert.clamp_min(0)]
+            var = var if genes is None else var[..., genes]
+            return masking_prior(d[:, 0], d[:, 1], var[:, 0], var[:, 1], kappa, tau)
+        return None
 
     @staticmethod
     def _own_columns(pert: Tensor, genes: Tensor | None, n: int) -> Tensor:
@@ -281,7 +317,8 @@ class PerturbationModel(torch.nn.Module):
         ``x0``: start of the ODE (default: the path's start drawn with ``generator``). What does not change across
         steps (:meth:`context`) is computed once. With ``flow.nonnegative`` the result is projected onto ``x ≥ 0``.
         Under ``flow.additive_fallback`` (eval mode) the cells are projected instead onto the nearest population
-        (``x ≥ 0`` under ``nonnegative``) whose mean is exactly ``ctrl_mean + prior_mean(pert)`` (clipped at 0):
+        (``x ≥ 0`` under ``nonnegative``) whose mean is exactly ``ctrl_mean + prior_mean(pert)`` (clipped at 0);
+        under ``flow.exact_mean`` so are the conditions whose singles are all known:
         ``ctrl_mean`` ``(G,)`` or ``(C, G)`` is the mean of the whole control population the cells were drawn from
         (default: of ``x_ctrl``), so the mean effect equals the additive baseline's.
         """
@@ -292,10 +329,16 @@ class PerturbationModel(torch.nn.Module):
             return self.velocity(x, t.expand(x.shape[:2]), x_ctrl, pert, context=context)
 
         x = integrate(field, x0, steps or self.flow["steps"], method or self.flow["method"])
-        if self.flow["additive_fallback"] and not self.training:
-            base = x_ctrl.mean(1) if ctrl_mean is None else ctrl_mean.to(x)
-            return project_mean(x, base + self.prior_mean(pert), bool(self.flow["nonnegative"]))
-        return x.clamp_min(0.0) if self.flow["nonnegative"] else x
+        clipped = x.clamp_min(0.0) if self.flow["nonnegative"] else x
+        if self.training or not (self.flow["additive_fallback"] or self.flow["exact_mean"]):
+            return clipped
+        base = x_ctrl.mean(1) if ctrl_mean is None else ctrl_mean.to(x)
+        exact = project_mean(x, base + self.prior_mean(pert), bool(self.flow["nonnegative"]))
+        if self.flow["additive_fallback"]:
+            return exact
+        valid = pert >= 0
+        full = (valid == (valid & self.has_effect[pert.clamp_min(0)])).all(-1)  # every single known
+        return torch.where(full[:, None, None], exact, clipped)
 
     def predict_step(self, batch: dict, batch_idx: int = 0) -> Prediction:
         """Mean effect ``Δ̂ = mean(generated) − mean(control)`` ``(C, G)``; generated cells in ``meta["cells"]``."""

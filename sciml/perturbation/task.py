@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from sciml.perturbation.data.datamodule import PerturbationDataModule
 from sciml.perturbation.module import PerturbationFlow
-from sciml.perturbation.select import choose_shrink
+from sciml.perturbation.select import choose_masking, choose_shrink
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +36,7 @@ def build(cfg: dict, run_dir: Path | None = None) -> tuple[PerturbationDataModul
                              flow=model_cfg.get("flow"), optim=model_cfg.get("optim"),
                              effect_prior=bool(model_cfg.get("effect_prior", True)))
     model.net.set_graph(dm.gene_graph)
-    singles = training_single_effects(dm)
-    model.set_single_effects(singles)
+    model.set_single_effects(training_single_effects(dm), training_single_variances(dm))
     seed = int(cfg.get("seed", 0))
     model.fit_combination(training_doubles(dm), torch.as_tensor(dm.control_matrix().mean(0)), seed)
     if model.flow["shrink"] == "auto":  # the rule's weight over additive, chosen on val (+ cross-fitted train)
@@ -44,6 +44,10 @@ def build(cfg: dict, run_dir: Path | None = None) -> tuple[PerturbationDataModul
         model.set_flow(shrink=choice["shrink"])
         log.info("flow.shrink auto: %s (prior-mean MSE per value %s over %s doubles)", choice["shrink"],
                  {k: round(v, 5) for k, v in choice["mse"].items()}, choice["n"])
+    if model.flow["prior"] == "masking" and "auto" in (model.flow["kappa"], model.flow["denoise"]):
+        choice = choose_masking(model, dm)
+        log.info("flow.prior masking: kappa %s, denoise %s (chosen on %d training + val doubles)", choice["kappa"],
+                 choice["denoise"], choice["n"])
     return dm, model
 
 
@@ -69,3 +73,25 @@ def training_single_effects(dm: PerturbationDataModule) -> dict[int, torch.Tenso
 
     index = {g: i for i, g in enumerate(dm.perturbation_genes)}
     return {index[g]: torch.as_tensor(d, dtype=torch.float32) for g, d in Additive().fit(dm).gene_delta.items()}
+
+
+def training_single_variances(dm: PerturbationDataModule) -> dict[int, torch.Tensor]:
+    """``{vocabulary index: squared standard error (G,)}`` of each :func:`training_single_effects` entry.
+
+    Per cell type ``var(cells)/n + var(controls)/n_ctrl``; a gene measured in ``k`` cell types (its effect the mean
+    over them) gets the sum over them divided by ``k²``. A condition of one cell has no variance estimate (0).
+    """
+    per_gene: dict[str, list[np.ndarray]] = {}
+    for key in dm.conditions["train"]:
+        genes = dm.perturbation(key)
+        if len(genes) == 1:
+            per_gene.setdefault(genes[0], []).append(_mean_variance(dm.cells(key)) +
+                                                     _mean_variance(dm.control_matrix(key)))
+    index = {g: i for i, g in enumerate(dm.perturbation_genes)}
+    return {index[g]: torch.as_tensor(np.sum(v, axis=0) / len(v) ** 2, dtype=torch.float32)
+            for g, v in per_gene.items()}
+
+
+def _mean_variance(x: np.ndarray) -> np.ndarray:
+    """Squared standard error ``(G,)`` of the column means of ``x`` ``(n, G)`` (0 for a single row)."""
+    return x.var(axis=0, ddof=1) / len(x) if len(x) > 1 else np.zeros(x.shape[1])
