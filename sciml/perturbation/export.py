@@ -26,8 +26,7 @@ def model_card(name: str, cfg: dict, data: dict, metrics: dict, alpha: float, ch
     summary = ("Conditional flow-matching model (PAD-Transformer backbone) of single-cell perturbation response: "
                "generates perturbed cells from control cells for single and double gene perturbations over "
                f"{len(cfg['module']['genes'])} genes (log1p expression). Mean prior of a double: "
-               f"{flow.get('prior', 'additive')} (`flow.prior`, weight over additive `flow.shrink` = "
-               f"{flow.get('shrink', 1.0)}). Generated values are projected onto x ≥ 0 (log1p of counts).")
+               f"{_prior_text(flow)}. Generated values are projected onto x ≥ 0 (log1p of counts).")
     if check is not None:
         verdict = (f"on the {check['n_val']} val conditions the model's mean MSE is {check['flow_mse']:.4g} against "
                    f"{check['additive_mse']:.4g} for the additive baseline" if check["n_val"] else "val is empty")
@@ -62,6 +61,22 @@ def model_card(name: str, cfg: dict, data: dict, metrics: dict, alpha: float, ch
               f"({data.get('expression', 'log1p')})."]
     return card.model_card(name, summary, data=sources, metrics=measured, limits=limits,
                            metrics_title="Metrics on the test conditions (mean over conditions)")
+
+
+def _prior_text(flow: dict) -> str:
+    """One sentence part naming the prior mean of a double and its per-screen choices."""
+    prior = flow.get("prior", "additive")
+    if prior == "masking":
+        text = (f"masking (`flow.prior`: singles denoised with τ = {flow.get('denoise', 0.0)}, the smaller same-sign "
+                f"single absorbed with κ = {flow.get('kappa', 0.0)}, chosen on the training + val doubles; κ = τ = 0 "
+                "is additive)")
+    elif prior == "combination":
+        text = f"combination (`flow.prior`, weight over additive `flow.shrink` = {flow.get('shrink', 1.0)})"
+    else:
+        text = "additive (`flow.prior`)"
+    if flow.get("exact_mean"):
+        text += "; the generated mean of a condition whose singles were all measured is exactly that prior mean"
+    return text
 
 
 def export(ckpt: str | Path, state: dict, output: str | Path, cfg: dict, calibrate: bool = True,
