@@ -34,11 +34,9 @@ import torch
 from sciml.cli.config import load_config
 from sciml.core.io.atomic import atomic_write_text
 from sciml.perturbation.data.anndata_io import write_h5ad
-from sciml.perturbation.nn.combination import CombinationRule
-from sciml.perturbation.nn.masking import masking_prior
-from sciml.perturbation.select import DENOISE_GRID, KAPPA_GRID, SHRINK_GRID
+from sciml.perturbation.select import choose_masking, choose_shrink
 from sciml.perturbation.sim.simulate import simulate
-from sciml.perturbation.task import build
+from sciml.perturbation.task import build, training_doubles
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = ("default", "cooperative", "noisy")
@@ -58,75 +56,37 @@ def case_config(setting: str, seed: int, work: Path, prior: str) -> dict:
     return cfg
 
 
-def doubles(dm, model, split: str) -> dict:
-    """Arrays of the split's doubles of known singles: ``a``, ``b`` (D,), ``mu0``, ``target``, ``own`` (D, G)."""
-    keys = [k for k in dm.conditions[split]
+class Subset:
+    """A data module seen with other condition lists: ``train`` = the given keys, no val (for nested fitting)."""
+
+    def __init__(self, dm, train: list[str]) -> None:
+        self._dm = dm
+        self.conditions = {"train": list(train), "val": [], "calib": [], "test": []}
+
+    def __getattr__(self, name: str):
+        return getattr(self._dm, name)
+
+
+def double_keys(dm, model, split: str) -> list[str]:
+    """The split's doubles whose two singles the model knows."""
+    return [k for k in dm.conditions[split]
             if len(dm.perturbation(k)) == 2 and all(bool(model.has_effect[i]) for i in dm.encode(k))]
+
+
+def sq_error(model, dm, keys: list[str], additive: bool = False) -> torch.Tensor:
+    """Per-double MSE ``(D,)`` of the model's prior mean (control mean + prior, clipped at 0) against the observed mean.
+
+    ``additive``: the additive baseline's unclipped mean instead (as in ``benchmarks/perturbation.py``).
+    """
     pert = torch.tensor([dm.encode(k) for k in keys]).reshape(-1, 2)
-    return {"keys": keys, "a": pert[:, 0], "b": pert[:, 1], "pert": pert,
-            "mu0": torch.as_tensor(np.stack([dm.control_matrix(k).mean(0) for k in keys]), dtype=torch.float32),
-            "target": torch.as_tensor(np.stack([dm.cells(k).mean(0) for k in keys]), dtype=torch.float32),
-            "own": model._own_columns(pert, None, model.single_effect.shape[1])}
-
-
-def take(rows: dict, idx: np.ndarray) -> dict:
-    """Rows ``idx`` of :func:`doubles`."""
-    return {k: ([v[i] for i in idx] if isinstance(v, list) else v[torch.as_tensor(idx, dtype=torch.long)])
-            for k, v in rows.items()}
-
-
-def join(parts: list[dict]) -> dict:
-    """Concatenate :func:`doubles` row sets."""
-    return {k: (sum((p[k] for p in parts), []) if k == "keys" else torch.cat([p[k] for p in parts]))
-            for k in parts[0]}
-
-
-def sq_error(effect: torch.Tensor, rows: dict, clip: bool = True) -> torch.Tensor:
-    """Per-double MSE ``(D,)`` of ``mu0 + effect`` (clipped at 0) against the observed mean; own columns additive."""
-    pred = rows["mu0"] + effect
-    return ((pred.clamp_min(0.0) if clip else pred) - rows["target"]).pow(2).mean(-1)
-
-
-class Arrays:
-    """Single effects ``S``, their squared standard errors ``V`` and the ``(a, b)`` additive sum of row sets."""
-
-    def __init__(self, model) -> None:
-        self.s, self.v = model.single_effect, model.single_var
-
-    def additive(self, rows: dict) -> torch.Tensor:
-        return self.s[rows["a"]] + self.s[rows["b"]]
-
-    def masking(self, rows: dict, kappa: float, tau: float) -> torch.Tensor:
-        a, b = rows["a"], rows["b"]
-        rule = masking_prior(self.s[a], self.s[b], self.v[a], self.v[b], kappa, tau)
-        return torch.where(rows["own"], self.additive(rows), rule)
-
-    def fit_masking(self, rows: dict) -> tuple[float, float]:
-        scores = {(k, t): float(sq_error(self.masking(rows, k, t), rows).mean()) for k in KAPPA_GRID
-                  for t in DENOISE_GRID}
-        return min(scores, key=lambda x: (round(scores[x], 12), x))
-
-    def combination(self, rows: dict, rule: CombinationRule, lam: float) -> torch.Tensor:
-        add = self.additive(rows)
+    mu0 = torch.as_tensor(np.stack([dm.control_matrix(k).mean(0) for k in keys]), dtype=torch.float32)
+    target = torch.as_tensor(np.stack([dm.cells(k).mean(0) for k in keys]), dtype=torch.float32)
+    if additive:
+        pred = mu0 + model.single_effect[pert].sum(1)
+    else:
         with torch.no_grad():
-            pred = rule(self.s[rows["a"]], self.s[rows["b"]], rows["mu0"][0])
-        return torch.where(rows["own"], add, add + lam * (pred - add))
-
-    def fit_rule(self, rows: dict, seed: int) -> CombinationRule:
-        rule = CombinationRule()
-        rule.fit(self.s[rows["a"]], self.s[rows["b"]], rows["mu0"][0], rows["target"] - rows["mu0"], seed=seed)
-        return rule.requires_grad_(False)
-
-    def fit_combination(self, rows: dict, seed: int) -> tuple[CombinationRule, float]:
-        held, scored = [], []
-        for fold in folds(len(rows["keys"]), seed):
-            inner = self.fit_rule(take(rows, np.setdiff1d(np.arange(len(rows["keys"])), fold)), seed)
-            held.append(take(rows, fold))
-            scored.append(inner)
-        scores = {lam: float(torch.cat([sq_error(self.combination(h, r, lam), h) for h, r in zip(held, scored,
-                                                                                                  strict=True)]).mean())
-                  for lam in SHRINK_GRID}
-        return self.fit_rule(rows, seed), min(scores, key=lambda x: (round(scores[x], 12), x))
+            pred = (mu0 + model.prior_mean(pert)).clamp_min(0.0)
+    return (pred - target).pow(2).mean(-1)
 
 
 def folds(n: int, seed: int) -> list[np.ndarray]:
@@ -135,46 +95,47 @@ def folds(n: int, seed: int) -> list[np.ndarray]:
     return [np.sort(order[k::FOLDS]) for k in range(min(FOLDS, n))]
 
 
-def design(arrays: Arrays, train: dict, val: dict, seed: int) -> dict:
+def fit_on(models: dict, dm, keys: list[str], seed: int) -> dict:
+    """Fit both priors on the doubles ``keys`` only, their own choices included; return the choices."""
+    sub = Subset(dm, keys)
+    masking, combination = models["masking"], models["combination"]
+    masking.set_flow(kappa="auto", denoise="auto")
+    choice = choose_masking(masking, sub)
+    combination.fit_combination(training_doubles(sub), torch.as_tensor(dm.control_matrix().mean(0)), seed)
+    shrink = choose_shrink(combination, sub, seed=seed)["shrink"]
+    combination.set_flow(shrink=shrink)
+    return {"kappa": choice["kappa"], "denoise": choice["denoise"], "shrink": shrink}
+
+
+def design(dm, models: dict, seed: int) -> dict:
     """Nested comparison on the training folds and val (module docstring): MSE ratios to additive."""
-    n = len(train["keys"])
-    outer = [(np.setdiff1d(np.arange(n), f), take(train, f)) for f in folds(n, seed + 100)]
-    outer.append((np.arange(n), val))
+    train, val = double_keys(dm, models["masking"], "train"), double_keys(dm, models["masking"], "val")
+    outer = [([train[i] for i in range(len(train)) if i not in set(f)], [train[i] for i in f])
+             for f in folds(len(train), seed + 100)]
+    outer.append((train, val))
     err = {"additive": [], "masking": [], "combination": []}
     chosen = []
-    for inner_idx, held in outer:
-        inner = take(train, inner_idx)
-        kappa, tau = arrays.fit_masking(inner)
-        rule, lam = arrays.fit_combination(inner, seed)
-        chosen.append({"kappa": kappa, "denoise": tau, "shrink": lam})
-        err["additive"].append(sq_error(arrays.additive(held), held, clip=False))
-        err["masking"].append(sq_error(arrays.masking(held, kappa, tau), held))
-        err["combination"].append(sq_error(arrays.combination(held, rule, lam), held))
+    for inner, held in outer:
+        chosen.append(fit_on(models, dm, inner, seed))
+        err["additive"].append(sq_error(models["masking"], dm, held, additive=True))
+        for name in ("masking", "combination"):
+            err[name].append(sq_error(models[name], dm, held))
     mse = {k: float(torch.cat(v).mean()) for k, v in err.items()}
-    return {"n_scored": sum(len(h["keys"]) for _, h in outer), "mse": mse, "chosen_per_fold": chosen,
+    return {"n_scored": sum(len(h) for _, h in outer), "mse": mse, "chosen_per_fold": chosen,
             "ratio": {k: mse[k] / mse["additive"] for k in ("masking", "combination")}}
 
 
-def test_diagnosis(setting: str, seed: int, work: Path) -> dict:
-    """Both priors as :func:`sciml.perturbation.task.build` makes them, on the test doubles (ratio to additive)."""
-    out = {}
-    for prior in ("masking", "combination"):
-        dm, model = build(case_config(setting, seed, work, prior), None)
-        rows = doubles(dm, model, "test")
-        with torch.no_grad():
-            effect = model.prior_mean(rows["pert"])
-        add = float(sq_error(model.single_effect[rows["a"]] + model.single_effect[rows["b"]], rows, False).mean())
-        out[prior] = {"ratio": float(sq_error(effect, rows).mean()) / add,
-                      "chosen": {k: model.flow[k] for k in ("kappa", "denoise", "shrink")}}
-    return out
-
-
 def run(setting: str, seed: int, work: Path) -> dict:
-    """Design comparison and test diagnosis of one case."""
-    dm, model = build(case_config(setting, seed, work, "masking"), None)
-    arrays = Arrays(model)
-    result = design(arrays, doubles(dm, model, "train"), doubles(dm, model, "val"), seed)
-    return {"setting": setting, "seed": seed, "design": result, "test": test_diagnosis(setting, seed, work)}
+    """Design comparison, then both priors as the package builds them (choices on training + val) on test."""
+    built = {prior: build(case_config(setting, seed, work, prior), None) for prior in ("masking", "combination")}
+    test = {}
+    for prior, (dm, model) in built.items():
+        keys = double_keys(dm, model, "test")
+        ratio = float(sq_error(model, dm, keys).mean()) / float(sq_error(model, dm, keys, additive=True).mean())
+        test[prior] = {"ratio": ratio, "chosen": {k: model.flow[k] for k in ("kappa", "denoise", "shrink")}}
+    dm = built["masking"][0]
+    result = design(dm, {prior: model for prior, (_, model) in built.items()}, seed)
+    return {"setting": setting, "seed": seed, "design": result, "test": test}
 
 
 def main(argv: list[str] | None = None) -> int:

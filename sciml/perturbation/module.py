@@ -5,7 +5,7 @@ Loss (scDFM): ``L = ‖v_θ(x_t, t | c) − u_t‖² + λ·MMD²(x̂_1, x_1)`` w
 per condition between the ``N`` endpoints and the ``N`` real perturbed cells and averaged. It is the ``mmd``
 metric's function (:func:`sciml.perturbation.distances.mmd2`: kernel averaged over the scales, median bandwidth).
 Checkpoints and artifacts written before the loss and the metric were one function summed the four kernels,
-so their recorded ``mmd_weight`` λ equals ``λ/4`` of this definition (``checkpoints/grn-default``: 0.5 ≙ 2.0). Sampling
+so their recorded ``mmd_weight`` λ equals ``λ/4`` of this definition (0.5 ≙ 2.0). Sampling
 integrates ``dx/dt = v_θ`` from the path's start (noise or control cells) with Euler or RK4.
 
 Batches follow the data-module contract: ``x_pert``, ``x_ctrl`` float32 ``(C, N, G)`` (log1p expression),

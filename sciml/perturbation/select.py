@@ -11,7 +11,7 @@ r"""Choices made on held-out conditions that are not test: the rule's shrinkage 
   prior mean (clipped at 0) over the **training and val** doubles. Two scalars per screen: on the nine simulator
   cases of ``benchmarks/perturbation.py``, choosing them on the training doubles without one fold (or without val)
   and scoring the left-out fold and val gives 0.62× the additive MSE, against 0.72× for the shrunk combination rule
-  (``benchmarks/results/perturbation.json["prior_design"]``). Ties go to the smaller values (towards additive).
+  (``benchmarks/perturbation_prior.py``). Ties go to the smaller values (towards additive).
 * :func:`versus_additive` / :func:`apply_fallback` (at export, and in the benchmark the same way): the flow model's
   generated mean against the additive baseline on the **val** conditions; when the model is not better, or val holds
   fewer than :data:`MIN_VAL_CONDITIONS` conditions (one or two held-out conditions are not evidence that a
