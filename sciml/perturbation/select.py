@@ -10,7 +10,7 @@ r"""Choices made on held-out conditions that are not test: the rule's shrinkage 
   :func:`~sciml.perturbation.nn.masking.masking_prior`, the grid pair with the smallest mean squared error of the
   prior mean (clipped at 0) over the **training and val** doubles. Two scalars per screen: on the nine simulator
   cases of ``benchmarks/perturbation.py``, choosing them on the training doubles without one fold (or without val)
-  and scoring the left-out fold and val gives 0.62× the additive MSE, against 0.72× for the shrunk combination rule
+  and scoring the left-out fold and val gives 0.62× the additive MSE, against 0.67× for the shrunk combination rule
   (``benchmarks/perturbation_prior.py``). Ties go to the smaller values (towards additive).
 * :func:`versus_additive` / :func:`apply_fallback` (at export, and in the benchmark the same way): the flow model's
   generated mean against the additive baseline on the **val** conditions; when the model is not better, or val holds
