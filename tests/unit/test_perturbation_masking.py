@@ -10,6 +10,8 @@ from sciml.perturbation.module import PerturbationFlow
 from sciml.perturbation.nn.masking import denoise, masking, masking_prior
 from sciml.perturbation.select import choose_masking
 
+from .doubles_dm import DoublesDM
+
 G, V = 8, 10
 CTRL = 5.0  # control level high enough that clipping at 0 does not enter
 
@@ -66,27 +68,8 @@ def test_prior_mean_of_a_double_is_the_masking_prior_except_own_columns_and_unde
     torch.testing.assert_close(m.prior_mean(torch.tensor([[2, 3]]))[0], add)
 
 
-class _DM:
-    """The data-module surface :func:`choose_masking` reads: doubles' mean cells over a control at ``CTRL``."""
-
-    def __init__(self, deltas: dict, conditions: dict) -> None:
-        self.deltas, self.conditions = deltas, conditions
-
-    def encode(self, key):
-        return [int(g[1:]) for g in key.split("+")]
-
-    def perturbation(self, key):
-        return tuple(key.split("+"))
-
-    def cells(self, key):
-        return (CTRL + self.deltas[key])[None].numpy()
-
-    def control_matrix(self, key=None):
-        return torch.full((1, G), CTRL).numpy()
-
-
 def _screen(truth, noise: float = 0.0, seed: int = 2):
-    """Model with singles 0..9 (measured with ``noise``) and a ``_DM`` of 24 doubles ``truth(Δ_a, Δ_b)``."""
+    """Model with singles 0..9 (measured with ``noise``) and a ``DoublesDM`` of 24 doubles ``truth(Δ_a, Δ_b)``."""
     gen = torch.Generator().manual_seed(seed)
     true = {i: torch.randn(G, generator=gen) * (torch.rand(G, generator=gen) < 0.5) for i in range(V)}
     m = _model(kappa="auto", denoise="auto")
@@ -95,7 +78,7 @@ def _screen(truth, noise: float = 0.0, seed: int = 2):
     pairs = [(a, b) for a in range(V) for b in range(a + 1, V)][:24]
     deltas = {f"g{a}+g{b}": truth(true[a], true[b]) for a, b in pairs}
     keys = list(deltas)
-    return m, _DM(deltas, {"train": keys[:20], "val": keys[20:], "test": []})
+    return m, DoublesDM(deltas, {"train": keys[:20], "val": keys[20:], "test": []}, G, CTRL)
 
 
 @pytest.mark.parametrize("name", ["masking", "additive", "additive_noisy_singles"])

@@ -10,6 +10,8 @@ import torch
 from sciml.perturbation.module import PerturbationFlow
 from sciml.perturbation.nn import integrate
 
+from .doubles_dm import DoublesDM
+
 G, V = 8, 10
 
 
@@ -109,22 +111,6 @@ def test_cached_context_equals_recomputing_every_step(max_genes):
 def test_choose_shrink_picks_additive_when_the_rule_does_not_generalise_and_the_rule_when_it_does():
     from sciml.perturbation.select import choose_shrink
 
-    class _DM:  # the data-module surface choose_shrink reads
-        def __init__(self, deltas, conditions):
-            self.deltas, self.conditions = deltas, conditions
-
-        def encode(self, key):
-            return [int(g[1:]) for g in key.split("+")]
-
-        def perturbation(self, key):
-            return tuple(key.split("+"))
-
-        def cells(self, key):
-            return self.deltas[key][None].numpy()
-
-        def control_matrix(self, key=None):
-            return torch.zeros(1, G).numpy()
-
     m = _model(prior="combination")
     gen = torch.Generator().manual_seed(2)
     effects = {i: torch.randn(G, generator=gen) for i in range(10)}
@@ -134,7 +120,7 @@ def test_choose_shrink_picks_additive_when_the_rule_does_not_generalise_and_the_
     for name, truth in (("saturating", lambda a, b: torch.tanh(a + b)),
                         ("additive+noise", lambda a, b: a + b + 0.5 * torch.randn(G, generator=gen))):
         deltas = {f"g{a}+g{b}": truth(effects[a], effects[b]) for a, b in pairs}
-        dm = _DM(deltas, conditions)
+        dm = DoublesDM(deltas, conditions, G)
         m.fit_combination([(a, b, deltas[f"g{a}+g{b}"]) for a, b in pairs[:20]], torch.zeros(G))
         choice = choose_shrink(m, dm, folds=4)
         assert choice["n"] == {"val": 4, "train": 20}
