@@ -34,7 +34,7 @@ import torch
 from sciml.cli.config import load_config
 from sciml.core.io.atomic import atomic_write_text
 from sciml.perturbation.data.anndata_io import write_h5ad
-from sciml.perturbation.select import choose_masking, choose_shrink
+from sciml.perturbation.select import choose_masking, choose_shrink, double_keys, observed, prior_errors
 from sciml.perturbation.sim.simulate import simulate
 from sciml.perturbation.task import build, training_doubles
 
@@ -67,26 +67,15 @@ class Subset:
         return getattr(self._dm, name)
 
 
-def double_keys(dm, model, split: str) -> list[str]:
-    """The split's doubles whose two singles the model knows."""
-    return [k for k in dm.conditions[split]
-            if len(dm.perturbation(k)) == 2 and all(bool(model.has_effect[i]) for i in dm.encode(k))]
-
-
 def sq_error(model, dm, keys: list[str], additive: bool = False) -> torch.Tensor:
-    """Per-double MSE ``(D,)`` of the model's prior mean (control mean + prior, clipped at 0) against the observed mean.
+    """Per-double MSE ``(D,)`` of the model's prior mean (:func:`sciml.perturbation.select.prior_errors`).
 
     ``additive``: the additive baseline's unclipped mean instead (as in ``benchmarks/perturbation.py``).
     """
-    pert = torch.tensor([dm.encode(k) for k in keys]).reshape(-1, 2)
-    mu0 = torch.as_tensor(np.stack([dm.control_matrix(k).mean(0) for k in keys]), dtype=torch.float32)
-    target = torch.as_tensor(np.stack([dm.cells(k).mean(0) for k in keys]), dtype=torch.float32)
-    if additive:
-        pred = mu0 + model.single_effect[pert].sum(1)
-    else:
-        with torch.no_grad():
-            pred = (mu0 + model.prior_mean(pert)).clamp_min(0.0)
-    return (pred - target).pow(2).mean(-1)
+    obs = observed(dm, keys)
+    if not additive:
+        return prior_errors(model, obs)
+    return (obs["mu0"] + model.single_effect[obs["pert"]].sum(1) - obs["target"]).pow(2).mean(-1)
 
 
 def folds(n: int, seed: int) -> list[np.ndarray]:
@@ -109,7 +98,7 @@ def fit_on(models: dict, dm, keys: list[str], seed: int) -> dict:
 
 def design(dm, models: dict, seed: int) -> dict:
     """Nested comparison on the training folds and val (module docstring): MSE ratios to additive."""
-    train, val = double_keys(dm, models["masking"], "train"), double_keys(dm, models["masking"], "val")
+    train, val = double_keys(models["masking"], dm, "train"), double_keys(models["masking"], dm, "val")
     outer = [([train[i] for i in range(len(train)) if i not in set(f)], [train[i] for i in f])
              for f in folds(len(train), seed + 100)]
     outer.append((train, val))
@@ -130,7 +119,7 @@ def run(setting: str, seed: int, work: Path) -> dict:
     built = {prior: build(case_config(setting, seed, work, prior), None) for prior in ("masking", "combination")}
     test = {}
     for prior, (dm, model) in built.items():
-        keys = double_keys(dm, model, "test")
+        keys = double_keys(model, dm, "test")
         ratio = float(sq_error(model, dm, keys).mean()) / float(sq_error(model, dm, keys, additive=True).mean())
         test[prior] = {"ratio": ratio, "chosen": {k: model.flow[k] for k in ("kappa", "denoise", "shrink")}}
     dm = built["masking"][0]

@@ -203,10 +203,11 @@ class PerturbationModel(torch.nn.Module):
         """
         if self.flow["additive_fallback"]:
             return None
-        if self.combination is not None and self.shrink() != 0.0:
+        lam = self.shrink()
+        if self.combination is not None and lam != 0.0:
             total = d.sum(1)
             mu0 = self.ctrl_mean if genes is None else self.ctrl_mean[genes]
-            return total + self.shrink() * (self.combination(d[:, 0], d[:, 1], mu0) - total)
+            return total + lam * (self.combination(d[:, 0], d[:, 1], mu0) - total)
         if self.flow["prior"] == "masking":
             kappa, tau = (0.0 if v == "auto" else float(v) for v in (self.flow["kappa"], self.flow["denoise"]))
             if kappa == 0.0 and tau == 0.0:

@@ -38,14 +38,29 @@ def _delta(dm, key: str) -> torch.Tensor:
     return torch.as_tensor(dm.cells(key).mean(0) - dm.control_matrix(key).mean(0), dtype=torch.float32)
 
 
+def double_keys(model, dm, split: str) -> list[str]:
+    """The split's doubles whose two singles the model knows."""
+    return [key for key in dm.conditions[split]
+            if len(dm.perturbation(key)) == 2 and all(bool(model.has_effect[i]) for i in dm.encode(key))]
+
+
 def _doubles(model, dm, split: str) -> list[tuple[int, int, torch.Tensor]]:
     """``(a, b, Δ_ab)`` of the split's doubles whose two singles the model knows."""
-    out = []
-    for key in dm.conditions[split]:
-        row = dm.encode(key)
-        if len(dm.perturbation(key)) == 2 and all(bool(model.has_effect[i]) for i in row):
-            out.append((row[0], row[1], _delta(dm, key)))
-    return out
+    return [(*dm.encode(key), _delta(dm, key)) for key in double_keys(model, dm, split)]
+
+
+def observed(dm, keys: list[str]) -> dict:
+    """``pert`` ``(D, 2)``, control mean ``mu0`` and observed mean ``target`` ``(D, G)`` of the conditions ``keys``."""
+    return {"pert": torch.tensor([dm.encode(k) for k in keys]).reshape(-1, 2),
+            "mu0": torch.as_tensor(np.stack([dm.control_matrix(k).mean(0) for k in keys]), dtype=torch.float32),
+            "target": torch.as_tensor(np.stack([dm.cells(k).mean(0) for k in keys]), dtype=torch.float32)}
+
+
+def prior_errors(model, obs: dict) -> torch.Tensor:
+    """Per-condition MSE ``(D,)`` of the prior mean (control mean + prior, clipped at 0) on :func:`observed` ``obs``."""
+    with torch.no_grad():
+        pred = (obs["mu0"] + model.prior_mean(obs["pert"])).clamp_min(0.0)
+    return (pred - obs["target"]).pow(2).mean(-1)
 
 
 def _rule(rule, model, rows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -102,27 +117,21 @@ def choose_masking(model, dm, kappas: tuple[float, ...] = KAPPA_GRID,
     fixed = {k: model.flow[k] for k in ("kappa", "denoise")}
     grid = {"kappa": kappas if fixed["kappa"] == "auto" else (float(fixed["kappa"]),),
             "denoise": taus if fixed["denoise"] == "auto" else (float(fixed["denoise"]),)}
-    rows = [(key, dm.encode(key)) for split in ("train", "val") for key in dm.conditions[split]
-            if len(dm.perturbation(key)) == 2]
-    rows = [(key, r) for key, r in rows if all(bool(model.has_effect[i]) for i in r)]
+    keys = double_keys(model, dm, "train") + double_keys(model, dm, "val")
     mse = {}
-    if rows:
-        pert = torch.tensor([r for _, r in rows])
-        mu0 = torch.as_tensor(np.stack([dm.control_matrix(k).mean(0) for k, _ in rows]), dtype=torch.float32)
-        target = torch.as_tensor(np.stack([dm.cells(k).mean(0) for k, _ in rows]), dtype=torch.float32)
+    if keys:
+        obs = observed(dm, keys)
         for kappa in grid["kappa"]:
             for tau in grid["denoise"]:
                 model.set_flow(kappa=kappa, denoise=tau)
-                with torch.no_grad():
-                    pred = (mu0 + model.prior_mean(pert)).clamp_min(0.0)
-                mse[(kappa, tau)] = float((pred - target).pow(2).mean())
+                mse[(kappa, tau)] = float(prior_errors(model, obs).mean())
     if mse:
         best = min(mse, key=lambda k: (round(mse[k], 12), k))
     else:
         best = tuple(0.0 if fixed[k] == "auto" else float(fixed[k]) for k in ("kappa", "denoise"))
     model.set_flow(kappa=best[0], denoise=best[1])
     return {"kappa": best[0], "denoise": best[1], "mse": {f"{k},{t}": v for (k, t), v in mse.items()},
-            "n": len(rows)}
+            "n": len(keys)}
 
 
 def versus_additive(module, dm, n_cells: int = 128, seed: int = 0, steps: int | None = None,
