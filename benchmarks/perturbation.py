@@ -73,6 +73,7 @@ METRICS = ["pearson_delta", "pearson_delta_de", "mse", "mae", "mse_de", "de_over
 HEADLINE = ["pearson_delta", "mse", "energy"]
 BASELINE_NAMES = (*BASELINES, "combination")
 SETTINGS = ("default", "cooperative", "noisy")
+OTHER = tuple(sorted(p.stem[4:] for p in (ROOT / "configs" / "data").glob("grn_*.yaml") if p.stem[4:] not in SETTINGS))
 REAL = {"norman_additive": ("norman", {"kind": "additive"}),
         "norman_unseen_single": ("norman", {"kind": "unseen_single"}),
         "mcfaline_cell_line": ("mcfaline", {})}
@@ -324,7 +325,8 @@ def merge(paths: list[str]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     """Run the cases and write the JSON."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=SETTINGS)
+    p.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=SETTINGS + OTHER,
+                   help=f"simulator settings (configs/data/grn_<name>.yaml); not tuned on: {', '.join(OTHER)}")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--epochs", type=int, default=None, help="override trainer.max_epochs")
