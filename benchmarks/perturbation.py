@@ -251,6 +251,13 @@ def run_case(name: str, cfg: dict, run_dir: Path, n_cells: int, alpha: float, tr
     return result
 
 
+def seeded_case(base: dict, path: Path, seed: int) -> dict:
+    """A copy of the recipe ``base`` on the screen at ``path``, with ``seed`` as model and split seed."""
+    cfg = copy.deepcopy(base) | {"seed": seed}
+    cfg["data"] |= {"path": str(path), "split": cfg["data"]["split"] | {"seed": seed}}
+    return cfg
+
+
 def grn_case(setting: str, seed: int, base: dict, work: Path, n_cells: int, alpha: float, speed: bool) -> dict:
     """Simulate ``configs/data/grn_<setting>.yaml`` with ``seed`` and run the case on it."""
     data_cfg = load_config(ROOT / "configs" / "data" / f"grn_{setting}.yaml")["grn"]
@@ -258,9 +265,7 @@ def grn_case(setting: str, seed: int, base: dict, work: Path, n_cells: int, alph
     adata = simulate(data_cfg | {"seed": seed})
     write_h5ad(adata, path)
     truth = read_ground_truth(adata)
-    cfg = copy.deepcopy(base)
-    cfg["seed"] = seed
-    cfg["data"] |= {"path": str(path), "split": cfg["data"]["split"] | {"seed": seed}}
+    cfg = seeded_case(base, path, seed)
     out = run_case(f"grn/{setting}", cfg, work / f"grn_{setting}_seed{seed}", n_cells, alpha, truth, speed)
     return out | {"setting": setting, "fraction_interacting": truth["fraction_interacting"]}
 

@@ -26,8 +26,8 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import copy
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -40,9 +40,10 @@ from sciml.perturbation.select import choose_masking, choose_shrink, double_keys
 from sciml.perturbation.sim.simulate import simulate
 from sciml.perturbation.task import build, training_doubles
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from perturbation import OTHER, SETTINGS, seeded_case  # noqa: E402  (the prior was chosen on SETTINGS)
+
 ROOT = Path(__file__).resolve().parents[1]
-SETTINGS = ("default", "cooperative", "noisy")  # the settings of benchmarks/perturbation.py (the prior was chosen on)
-OTHER = tuple(sorted(p.stem[4:] for p in (ROOT / "configs" / "data").glob("grn_*.yaml") if p.stem[4:] not in SETTINGS))
 FOLDS = 5
 
 
@@ -52,8 +53,7 @@ def case_config(setting: str, seed: int, work: Path, prior: str) -> dict:
     if not path.exists():
         data_cfg = load_config(ROOT / "configs" / "data" / f"grn_{setting}.yaml")["grn"]
         write_h5ad(simulate(data_cfg | {"seed": seed}), path)
-    cfg = copy.deepcopy(load_config(ROOT / "configs" / "perturbation" / "grn_default.yaml")) | {"seed": seed}
-    cfg["data"] |= {"path": str(path), "split": cfg["data"]["split"] | {"seed": seed}}
+    cfg = seeded_case(load_config(ROOT / "configs" / "perturbation" / "grn_default.yaml"), path, seed)
     if prior == "combination":
         cfg["model"]["flow"] |= {"prior": "combination", "shrink": "auto"}
     return cfg
