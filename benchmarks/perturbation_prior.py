@@ -47,8 +47,11 @@ ROOT = Path(__file__).resolve().parents[1]
 FOLDS = 5
 
 
+PRIORS = ("masking", "masking_open", "combination")  # masking_open: the masking prior with flow.closure off
+
+
 def case_config(setting: str, seed: int, work: Path, prior: str) -> dict:
-    """The flow recipe on the simulated screen of ``setting``/``seed`` with ``prior`` (``masking``/``combination``)."""
+    """The flow recipe on the simulated screen of ``setting``/``seed`` with ``prior`` (one of :data:`PRIORS`)."""
     path = work / f"grn_{setting}_seed{seed}.h5ad"
     if not path.exists():
         data_cfg = load_config(ROOT / "configs" / "data" / f"grn_{setting}.yaml")["grn"]
@@ -56,6 +59,8 @@ def case_config(setting: str, seed: int, work: Path, prior: str) -> dict:
     cfg = seeded_case(load_config(ROOT / "configs" / "perturbation" / "grn_default.yaml"), path, seed)
     if prior == "combination":
         cfg["model"]["flow"] |= {"prior": "combination", "shrink": "auto"}
+    if prior == "masking_open":
+        cfg["model"]["flow"] |= {"closure": False}
     return cfg
 
 
@@ -88,15 +93,18 @@ def folds(n: int, seed: int) -> list[np.ndarray]:
 
 
 def fit_on(models: dict, dm, keys: list[str], seed: int) -> dict:
-    """Fit both priors on the doubles ``keys`` only, their own choices included; return the choices."""
+    """Fit every prior on the doubles ``keys`` only, their own choices included; return the choices."""
     sub = Subset(dm, keys)
-    masking, combination = models["masking"], models["combination"]
-    masking.set_flow(kappa="auto", denoise="auto")
-    choice = choose_masking(masking, sub)
+    out = {}
+    for name in ("masking", "masking_open"):
+        models[name].set_flow(kappa="auto", denoise="auto")
+        choice = choose_masking(models[name], sub)
+        out[name] = {"kappa": choice["kappa"], "denoise": choice["denoise"]}
+    combination = models["combination"]
     combination.fit_combination(training_doubles(sub), torch.as_tensor(dm.control_matrix().mean(0)), seed)
     shrink = choose_shrink(combination, sub, seed=seed)["shrink"]
     combination.set_flow(shrink=shrink)
-    return {"kappa": choice["kappa"], "denoise": choice["denoise"], "shrink": shrink}
+    return out | {"combination": {"shrink": shrink}}
 
 
 def design(dm, models: dict, seed: int) -> dict:
@@ -105,26 +113,26 @@ def design(dm, models: dict, seed: int) -> dict:
     outer = [([train[i] for i in range(len(train)) if i not in set(f)], [train[i] for i in f])
              for f in folds(len(train), seed + 100)]
     outer.append((train, val))
-    err = {"additive": [], "masking": [], "combination": []}
+    err = {"additive": [], **{name: [] for name in PRIORS}}
     chosen = []
     for inner, held in outer:
         chosen.append(fit_on(models, dm, inner, seed))
         err["additive"].append(sq_error(models["masking"], dm, held, additive=True))
-        for name in ("masking", "combination"):
+        for name in PRIORS:
             err[name].append(sq_error(models[name], dm, held))
     mse = {k: float(torch.cat(v).mean()) for k, v in err.items()}
     return {"n_scored": sum(len(h) for _, h in outer), "mse": mse, "chosen_per_fold": chosen,
-            "ratio": {k: mse[k] / mse["additive"] for k in ("masking", "combination")}}
+            "ratio": {k: mse[k] / mse["additive"] for k in PRIORS}}
 
 
 def run(setting: str, seed: int, work: Path) -> dict:
     """Design comparison, then both priors as the package builds them (choices on training + val) on test."""
-    built = {prior: build(case_config(setting, seed, work, prior), None) for prior in ("masking", "combination")}
+    built = {prior: build(case_config(setting, seed, work, prior), None) for prior in PRIORS}
     test = {}
     for prior, (dm, model) in built.items():
         keys = double_keys(model, dm, "test")
         ratio = float(sq_error(model, dm, keys).mean()) / float(sq_error(model, dm, keys, additive=True).mean())
-        test[prior] = {"ratio": ratio, "chosen": {k: model.flow[k] for k in ("kappa", "denoise", "shrink")}}
+        test[prior] = {"ratio": ratio, "chosen": {k: model.flow[k] for k in ("kappa", "denoise", "closure", "shrink")}}
     dm = built["masking"][0]
     result = design(dm, {prior: model for prior, (_, model) in built.items()}, seed)
     return {"setting": setting, "seed": seed, "design": result, "test": test}
@@ -147,11 +155,11 @@ def main(argv: list[str] | None = None) -> int:
         for seed in args.seeds:
             rows.append(run(setting, seed, work))
             d, t = rows[-1]["design"]["ratio"], rows[-1]["test"]
-            print(f"{setting} seed {seed}: design (train folds + val) masking {d['masking']:.3f} combination "
-                  f"{d['combination']:.3f} | test masking {t['masking']['ratio']:.3f} combination "
-                  f"{t['combination']['ratio']:.3f} (x additive)", flush=True)
-    summary = {k: float(np.mean([r["design"]["ratio"][k] for r in rows])) for k in ("masking", "combination")}
-    summary |= {f"test_{k}": float(np.mean([r["test"][k]["ratio"] for r in rows])) for k in ("masking", "combination")}
+            print(f"{setting} seed {seed}: design (train folds + val) "
+                  + " ".join(f"{k} {d[k]:.3f}" for k in PRIORS) + " | test "
+                  + " ".join(f"{k} {t[k]['ratio']:.3f}" for k in PRIORS) + " (x additive)", flush=True)
+    summary = {k: float(np.mean([r["design"]["ratio"][k] for r in rows])) for k in PRIORS}
+    summary |= {f"test_{k}": float(np.mean([r["test"][k]["ratio"] for r in rows])) for k in PRIORS}
     print(f"mean: {summary}")
     atomic_write_text(args.output, json.dumps({"summary_mean_ratio": summary, "cases": rows}, indent=1,
                                               default=float))

@@ -256,6 +256,7 @@ PERTURBATION = {
             "kappa": Key(0.0, "masking prior: share of the smaller same-sign single absorbed (auto: chosen)", "any"),
             "denoise": Key(0.0, "masking prior: James-Stein threshold on the singles (auto: chosen)", "any"),
             "own_genes": Key("rule", "perturbed genes' own columns of a double", "str", ("rule", "additive")),
+            "closure": Key(False, "masking prior rescaled to the controls' total per cell (auto: when closed)", "any"),
             "nonnegative": Key(True, "project generated cells onto x >= 0"),
             "exact_mean": Key(False, "generated mean = prior mean where every single is known"),
             "additive_fallback": Key(False, "generated mean = additive prior (set at export when not better on val)")}),

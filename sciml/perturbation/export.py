@@ -70,6 +70,9 @@ def _prior_text(flow: dict) -> str:
         text = (f"masking (`flow.prior`: singles denoised with τ = {flow.get('denoise', 0.0)}, the smaller same-sign "
                 f"single absorbed with κ = {flow.get('kappa', 0.0)}, chosen on the training + val doubles; κ = τ = 0 "
                 "is additive)")
+        if flow.get("closure") is True:
+            text += ("; rescaled so that each cell's expected total over the genes is the controls' "
+                     "(`flow.closure`: the data are normalised to a fixed total)")
     elif prior == "combination":
         text = f"combination (`flow.prior`, weight over additive `flow.shrink` = {flow.get('shrink', 1.0)})"
     else:

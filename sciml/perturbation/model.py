@@ -17,14 +17,14 @@ from torch import Tensor
 
 from sciml.core.types import Prediction
 from sciml.perturbation.distances import RBF_SCALES
-from sciml.perturbation.nn import PATHS, PADTransformer, integrate, masking_prior, project_mean
+from sciml.perturbation.nn import PATHS, PADTransformer, close, integrate, masking_prior, project_mean
 from sciml.perturbation.nn.combination import CombinationRule
 
 FLOW_DEFAULTS = {"path": "control", "sigma": 0.1, "ot": True, "mmd_weight": 2.0, "mmd_scales": list(RBF_SCALES),
                  "steps": 20, "method": "rk4", "val_steps": 4, "max_genes": None, "prior_dropout": 0.2,
                  "additive_skip": True, "prior": "additive", "combination_hidden": 32,
                  "remainder_mean": 1.0, "shrink": 1.0, "kappa": 0.0, "denoise": 0.0, "own_genes": "rule",
-                 "nonnegative": True, "exact_mean": False, "additive_fallback": False}
+                 "closure": False, "nonnegative": True, "exact_mean": False, "additive_fallback": False}
 PRIORS = ("additive", "combination", "masking")
 OWN_GENES = ("rule", "additive")
 PRIOR_CHANNELS = 4
@@ -50,7 +50,7 @@ class PerturbationModel(torch.nn.Module):
         the control path), ``mmd_weight`` λ, ``mmd_scales``, sampling ``steps``/``method``, ``val_steps`` (Euler
         steps of the validation metric), ``max_genes`` (random gene subset per training step, ``None``: all),
         ``prior`` (``additive``, ``combination`` or ``masking``), ``combination_hidden``, ``remainder_mean``, ``kappa``,
-        ``denoise``, ``exact_mean`` (see below).
+        ``denoise``, ``closure``, ``exact_mean`` (see below).
     optim : dict
         Over :data:`OPTIM_DEFAULTS`: ``lr``, ``weight_decay``, ``scheduler`` (``cosine`` or ``none``); used by
         training only.
@@ -70,7 +70,9 @@ class PerturbationModel(torch.nn.Module):
         With ``flow.prior: masking`` it is :func:`~sciml.perturbation.nn.masking.masking_prior` of the two singles
         (``flow.kappa`` κ, ``flow.denoise`` τ; ``"auto"``: chosen by
         :func:`sciml.perturbation.select.choose_masking` when the model is built), using the singles' squared
-        standard errors (buffer ``single_var`` ``(V, G)``, set with the effects).
+        standard errors (buffer ``single_var`` ``(V, G)``, set with the effects); with ``flow.closure`` (``"auto"``:
+        on when the data are closed, see :func:`sciml.perturbation.task.data_closure`) that prior mean is rescaled
+        to the controls' expected total per cell (:func:`~sciml.perturbation.nn.masking.close`, buffer ``closure``).
         ``flow.remainder_mean`` ``w`` ∈ [0, 1] shrinks the network's per-condition mean velocity (over the
         condition's cells) to ``w`` times itself for conditions whose singles are all known: ``w = 0`` fixes the
         generated mean effect to the prior mean and the network only shapes the distribution around it.
@@ -110,11 +112,13 @@ class PerturbationModel(torch.nn.Module):
         self.register_buffer("single_effect", torch.zeros(len(genes), n_measured))
         self.register_buffer("has_effect", torch.zeros(len(genes), dtype=torch.bool))
         self.register_buffer("unknown_effect", torch.zeros(n_measured))  # additive fallback's stand-in single
-        self.register_load_state_dict_pre_hook(_default_unknown_effect)
+        self.register_load_state_dict_pre_hook(_default_buffers)
         self.flow = FLOW_DEFAULTS | (flow or {})
         self.optim = OPTIM_DEFAULTS | (optim or {})
         if self.flow["prior"] not in PRIORS:
             raise ValueError(f"flow.prior is {self.flow['prior']!r}; known: {list(PRIORS)}")
+        if self.flow["closure"] not in (True, False, "auto"):
+            raise ValueError(f"flow.closure is {self.flow['closure']!r}; use true, false or auto")
         if self.flow["own_genes"] not in OWN_GENES:
             raise ValueError(f"flow.own_genes is {self.flow['own_genes']!r}; known: {list(OWN_GENES)}")
         self.combination = None
@@ -123,6 +127,7 @@ class PerturbationModel(torch.nn.Module):
             self.register_buffer("ctrl_mean", torch.zeros(n_measured))  # μ_0 feature of the rule
         if self.flow["prior"] == "masking":
             self.register_buffer("single_var", torch.zeros(len(genes), n_measured))  # squared s.e. of single_effect
+            self.register_buffer("closure", torch.zeros(2, n_measured))  # μ0 and weights of nn.masking.close
         if self.flow["path"] not in PATHS:
             raise ValueError(f"flow.path is {self.flow['path']!r}; known: {sorted(PATHS)}")
         kwargs = {"ot": bool(self.flow["ot"])} if self.flow["path"] == "control" else {}
@@ -143,6 +148,14 @@ class PerturbationModel(torch.nn.Module):
             for i, var in (variances or {}).items():
                 self.single_var[i] = torch.as_tensor(var, dtype=self.single_var.dtype)
         self.unknown_effect.copy_(_mean_single(self.single_effect, self.has_effect))
+
+    def set_closure(self, terms: Tensor | None) -> None:
+        """Turn ``flow.closure`` on with :func:`~sciml.perturbation.nn.masking.closure_terms` ``(2, G)``; None: off."""
+        if terms is not None and not hasattr(self, "closure"):
+            raise ValueError("flow.closure needs flow.prior: masking")
+        if hasattr(self, "closure"):
+            self.closure.copy_(torch.zeros_like(self.closure) if terms is None else terms.to(self.closure))
+        self.set_flow(closure=terms is not None)
 
     def set_unknown_effect(self, delta: Tensor) -> None:
         """Stand-in effect ``(G,)`` of a single never measured in training (used under ``additive_fallback``)."""
@@ -179,23 +192,25 @@ class PerturbationModel(torch.nn.Module):
         value = self.flow["shrink"]
         return 1.0 if value == "auto" else float(value)
 
-    def _prior_mean(self, d: Tensor, known: Tensor, valid: Tensor, genes: Tensor | None,
-                    pert: Tensor | None = None) -> Tensor:
-        """Prior mean effect ``(C, G)`` of single effects ``d`` ``(C, P, G)``.
+    def _prior_mean(self, d: Tensor, known: Tensor, valid: Tensor, pert: Tensor) -> Tensor:
+        """Prior mean effect ``(C, G)`` of single effects ``d`` ``(C, P, G)`` over all measured genes.
 
         ``Δa + Δb``, or for doubles with both singles known the rule of ``flow.prior`` (:meth:`_double_rule`), with
-        the perturbed genes' own columns additive under ``own_genes: additive``.
+        the perturbed genes' own columns additive under ``own_genes: additive``; under ``flow.closure`` such a
+        double's row is then rescaled to the controls' expected total (:func:`~sciml.perturbation.nn.masking.close`).
         """
         total = d.sum(1)
-        rule = self._double_rule(d, genes, pert) if d.shape[1] == 2 and pert is not None else None
+        rule = self._double_rule(d, pert) if d.shape[1] == 2 else None
         if rule is None:
             return total
-        both = (known.all(-1) & valid.all(-1))[:, None]
-        if self.flow["own_genes"] == "additive":
-            both = both & ~self._own_columns(pert, genes, d.shape[-1])
-        return torch.where(both, rule, total)
+        rows = (known.all(-1) & valid.all(-1))[:, None]
+        both = rows & ~self._own_columns(pert, None, d.shape[-1]) if self.flow["own_genes"] == "additive" else rows
+        out = torch.where(both, rule, total)
+        if self.flow["closure"] is True:
+            out = torch.where(rows, close(out, self.closure), out)
+        return out
 
-    def _double_rule(self, d: Tensor, genes: Tensor | None, pert: Tensor) -> Tensor | None:
+    def _double_rule(self, d: Tensor, pert: Tensor) -> Tensor | None:
         """Prior mean ``(C, G)`` of doubles ``d`` ``(C, 2, G)`` by ``flow.prior``; ``None`` where it is additive.
 
         ``combination``: ``Δa + Δb + λ·(rule − Δa − Δb)``; ``masking``: :func:`masking_prior` with ``κ``, ``τ``
@@ -206,14 +221,12 @@ class PerturbationModel(torch.nn.Module):
         lam = self.shrink()
         if self.combination is not None and lam != 0.0:
             total = d.sum(1)
-            mu0 = self.ctrl_mean if genes is None else self.ctrl_mean[genes]
-            return total + lam * (self.combination(d[:, 0], d[:, 1], mu0) - total)
+            return total + lam * (self.combination(d[:, 0], d[:, 1], self.ctrl_mean) - total)
         if self.flow["prior"] == "masking":
             kappa, tau = (0.0 if v == "auto" else float(v) for v in (self.flow["kappa"], self.flow["denoise"]))
-            if kappa == 0.0 and tau == 0.0:
+            if kappa == 0.0 and tau == 0.0 and self.flow["closure"] is not True:
                 return None
             var = self.single_var[pert.clamp_min(0)]
-            var = var if genes is None else var[..., genes]
             return masking_prior(d[:, 0], d[:, 1], var[:, 0], var[:, 1], kappa, tau)
         return None
 
@@ -234,9 +247,8 @@ class PerturbationModel(torch.nn.Module):
         d = self.single_effect[pert.clamp_min(0)] * known[..., None]
         if self.flow["additive_fallback"]:
             d = d + (valid & ~known)[..., None] * self.unknown_effect
-        if genes is not None:
-            d = d[..., genes]
-        return self._prior_mean(d, known, valid, genes, pert)
+        mean = self._prior_mean(d, known, valid, pert)
+        return mean if genes is None else mean[..., genes]
 
     def prior(self, pert: Tensor, genes: Tensor | None = None) -> Tensor | None:
         """Effect-prior channels ``(C, G, 4)`` of ``pert`` ``(C, P)``; ``None`` when ``effect_prior`` is off."""
@@ -247,11 +259,12 @@ class PerturbationModel(torch.nn.Module):
         if self.training and self.flow["prior_dropout"] > 0:
             known = known & (torch.rand(known.shape, device=known.device) >= self.flow["prior_dropout"])
         d = self.single_effect[pert.clamp_min(0)] * known[..., None]  # (C, P, G)
+        mean = self._prior_mean(d, known, valid, pert)
         if genes is not None:
-            d = d[..., genes]
+            d, mean = d[..., genes], mean[..., genes]
         counts = torch.stack([known.sum(-1), valid.sum(-1)], -1).to(d.dtype) / pert.shape[-1]  # (C, 2)
         prod = d.prod(1) if d.shape[1] > 1 else torch.zeros_like(d[:, 0])
-        feats = torch.stack([self._prior_mean(d, known, valid, genes, pert), prod], -1)
+        feats = torch.stack([mean, prod], -1)
         return torch.cat([feats, counts[:, None].expand(-1, d.shape[-1], -1)], -1)
 
     def velocity(self, x: Tensor, t: Tensor, x_ctrl: Tensor, pert: Tensor, genes: Tensor | None = None,
@@ -360,8 +373,13 @@ def _mean_single(single_effect: Tensor, has_effect: Tensor) -> Tensor:
     return single_effect[has_effect].mean(0) if bool(has_effect.any()) else torch.zeros_like(single_effect[0])
 
 
-def _default_unknown_effect(module, state_dict, prefix, *args) -> None:
-    """Load hook: a state saved before ``unknown_effect`` existed gets the stand-in it used, the mean single effect."""
+def _default_buffers(module, state_dict, prefix, *args) -> None:
+    """Load hook for states saved before a buffer existed: what the older model used.
+
+    ``unknown_effect``: the mean single effect; ``closure`` (masking prior): zeros (``flow.closure`` was off).
+    """
     key = prefix + "unknown_effect"
     if key not in state_dict and prefix + "single_effect" in state_dict and prefix + "has_effect" in state_dict:
         state_dict[key] = _mean_single(state_dict[prefix + "single_effect"], state_dict[prefix + "has_effect"])
+    if hasattr(module, "closure") and prefix + "closure" not in state_dict and prefix + "single_var" in state_dict:
+        state_dict[prefix + "closure"] = torch.zeros_like(module.closure)

@@ -9,7 +9,9 @@ import numpy as np
 import torch
 
 from sciml.perturbation.data.datamodule import PerturbationDataModule
+from sciml.perturbation.data.table import split_key
 from sciml.perturbation.module import PerturbationFlow
+from sciml.perturbation.nn.masking import closure_terms
 from sciml.perturbation.select import choose_masking, choose_shrink
 
 log = logging.getLogger(__name__)
@@ -44,11 +46,35 @@ def build(cfg: dict, run_dir: Path | None = None) -> tuple[PerturbationDataModul
         model.set_flow(shrink=choice["shrink"])
         log.info("flow.shrink auto: %s (prior-mean MSE per value %s over %s doubles)", choice["shrink"],
                  {k: round(v, 5) for k, v in choice["mse"].items()}, choice["n"])
+    if model.flow["prior"] == "masking" and model.flow["closure"] is not False:
+        set_closure(model, dm)
     if model.flow["prior"] == "masking" and "auto" in (model.flow["kappa"], model.flow["denoise"]):
         choice = choose_masking(model, dm)
         log.info("flow.prior masking: kappa %s, denoise %s (chosen on %d training + val doubles)", choice["kappa"],
                  choice["denoise"], choice["n"])
     return dm, model
+
+
+def data_closure(dm: PerturbationDataModule) -> torch.Tensor | None:
+    """:func:`~sciml.perturbation.nn.masking.closure_terms` of the control cells; ``None`` when not closed.
+
+    Closed: one control population (a screen of one cell type; with several, each has its own control mean) whose
+    cells all have the same ``Σ_g expm1(x_g)`` (every measured gene kept after normalising to a fixed total).
+    """
+    cell_types = {split_key(key)[1] for keys in dm.conditions.values() for key in keys}
+    if len(cell_types) > 1:
+        return None
+    return closure_terms(torch.as_tensor(dm.control_matrix()))
+
+
+def set_closure(model: PerturbationFlow, dm: PerturbationDataModule) -> None:
+    """Resolve ``flow.closure`` (``auto``: on for closed data; ``true``: required) and set the model's terms."""
+    terms = data_closure(dm)
+    if terms is None and model.flow["closure"] is True:
+        raise ValueError("config model.flow.closure is true, but the control cells of the data are not closed "
+                         "(one cell type, the same sum of expm1(x) in every cell); set closure: auto or false")
+    model.set_closure(terms)
+    log.info("flow.closure: %s", "on (closed data)" if terms is not None else "off (data not closed)")
 
 
 def training_doubles(dm: PerturbationDataModule) -> list[tuple[int, int, torch.Tensor]]:
