@@ -117,3 +117,11 @@ def test_a_state_saved_before_the_closure_buffer_loads_with_the_closure_off():
     fresh.closure.fill_(1.0)
     fresh.load_state_dict(state)
     assert not fresh.closure.any()
+
+
+def test_the_model_card_names_the_closure_only_when_it_is_on():
+    from sciml.perturbation.export import _prior_text
+
+    flow = {"prior": "masking", "kappa": 0.5, "denoise": 1.0}
+    assert "flow.closure" in _prior_text(flow | {"closure": True})
+    assert "flow.closure" not in _prior_text(flow | {"closure": False})
