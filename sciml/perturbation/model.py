@@ -204,7 +204,7 @@ class PerturbationModel(torch.nn.Module):
         if rule is None:
             return total
         rows = (known.all(-1) & valid.all(-1))[:, None]
-        both = rows & ~self._own_columns(pert, None, d.shape[-1]) if self.flow["own_genes"] == "additive" else rows
+        both = rows & ~self._own_columns(pert, d.shape[-1]) if self.flow["own_genes"] == "additive" else rows
         out = torch.where(both, rule, total)
         if self.flow["closure"] is True:
             out = torch.where(rows, close(out, self.closure), out)
@@ -231,10 +231,9 @@ class PerturbationModel(torch.nn.Module):
         return None
 
     @staticmethod
-    def _own_columns(pert: Tensor, genes: Tensor | None, n: int) -> Tensor:
-        """Bool ``(C, G)``: column ``g`` is one of the condition's perturbed genes."""
-        idx = torch.arange(n, device=pert.device) if genes is None else genes
-        return (idx[None, :, None] == pert[:, None, :]).any(-1)
+    def _own_columns(pert: Tensor, n: int) -> Tensor:
+        """Bool ``(C, n)``: column ``g`` is one of the condition's perturbed genes."""
+        return (torch.arange(n, device=pert.device)[None, :, None] == pert[:, None, :]).any(-1)
 
     def prior_mean(self, pert: Tensor, genes: Tensor | None = None) -> Tensor:
         """Mean effect ``(C, G)`` the prior assigns to ``pert`` ``(C, P)``.

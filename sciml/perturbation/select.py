@@ -72,7 +72,7 @@ def _rule(rule, model, rows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, 
         pred = rule(da, db, model.ctrl_mean)
     own = torch.zeros_like(da, dtype=torch.bool)
     if model.flow["own_genes"] == "additive":
-        own = model._own_columns(torch.stack([a, b], 1), None, da.shape[-1])
+        own = model._own_columns(torch.stack([a, b], 1), da.shape[-1])
     return da + db, torch.where(own, da + db, pred), torch.stack([r[2] for r in rows]), own
 
 
