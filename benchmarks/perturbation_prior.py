@@ -1,4 +1,4 @@
-"""Which prior mean for unseen doubles: the masking prior against the shrunk combination rule, without training.
+"""Which prior mean for unseen doubles: the masking prior (with, without closure) against the shrunk rule, no training.
 
 With ``remainder_mean: 0`` and ``exact_mean`` the flow model's generated mean is its prior mean (control mean +
 prior, clipped at 0), so the prior decides the headline MSE and can be compared without training a network.
@@ -9,17 +9,18 @@ Per simulator case (``configs/data/grn_<setting>.yaml`` with the seed as data an
 * ``design``: nested evaluation on data that is not test. Outer folds: five folds of the training doubles, then
   val. Each design is fitted on the training doubles outside the fold only, its own choices included, and scored
   on the fold: **masking** (:func:`sciml.perturbation.nn.masking.masking_prior`, ``κ`` and ``τ`` chosen on the
-  inner doubles) and **combination** (:class:`sciml.perturbation.nn.combination.CombinationRule` fitted on the
+  inner doubles, with the recipe's ``flow.closure: auto``), **masking_open** (the same without the closure) and
+  **combination** (:class:`sciml.perturbation.nn.combination.CombinationRule` fitted on the
   inner doubles, ``λ`` chosen by inner five-fold cross-fitting). Reported: the MSE of each over all scored doubles,
   divided by the additive baseline's (unclipped, as in ``benchmarks/perturbation.py``).
-* ``test`` (a diagnosis; nothing is chosen on it): both priors as the package builds them
+* ``test`` (a diagnosis; nothing is chosen on it): every prior as the package builds them
   (:func:`sciml.perturbation.task.build`, choices on training + val) on the test doubles, same ratio.
 
 Usage::
 
     python benchmarks/perturbation_prior.py [--settings default cooperative noisy] [--seeds 0 1 2]
         [--work DIR] [--output benchmarks/results/perturbation_prior.json]
-    python benchmarks/perturbation_prior.py --settings knockout activation_small \
+    python benchmarks/perturbation_prior.py --settings knockout activation_small wide \
         --output benchmarks/results/perturbation_prior_unseen.json   # settings the choice was not made on
 """
 
