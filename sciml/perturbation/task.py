@@ -107,12 +107,11 @@ def training_single_variances(dm: PerturbationDataModule) -> dict[int, torch.Ten
     Per cell type ``var(cells)/n + var(controls)/n_ctrl``; a gene measured in ``k`` cell types (its effect the mean
     over them) gets the sum over them divided by ``k²``. A condition of one cell has no variance estimate (0).
     """
-    per_gene: dict[str, list[np.ndarray]] = {}
-    for key in dm.conditions["train"]:
-        genes = dm.perturbation(key)
-        if len(genes) == 1:
-            per_gene.setdefault(genes[0], []).append(_mean_variance(dm.cells(key)) +
-                                                     _mean_variance(dm.control_matrix(key)))
+    from sciml.perturbation.baselines.simple import by_single_gene
+
+    singles = [key for key in dm.conditions["train"] if len(dm.perturbation(key)) == 1]
+    per_gene = by_single_gene(dm, {key: _mean_variance(dm.cells(key)) + _mean_variance(dm.control_matrix(key))
+                                   for key in singles})
     index = {g: i for i, g in enumerate(dm.perturbation_genes)}
     return {index[g]: torch.as_tensor(np.sum(v, axis=0) / len(v) ** 2, dtype=torch.float32)
             for g, v in per_gene.items()}

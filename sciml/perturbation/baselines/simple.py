@@ -24,6 +24,16 @@ from sciml.perturbation.data.conditions import format_condition
 from sciml.perturbation.data.table import make_key, split_key
 
 
+def by_single_gene(dm, values: dict) -> dict[str, list]:
+    """``{gene: [value of each single-gene key]}`` over ``values`` ``{condition key: value}`` (one per cell type)."""
+    out: dict[str, list] = {}
+    for key, value in values.items():
+        genes = dm.perturbation(key)
+        if len(genes) == 1:
+            out.setdefault(genes[0], []).append(value)
+    return out
+
+
 class Baseline:
     """Template: ``fit`` stores control means and training effects; subclasses define :meth:`delta`."""
 
@@ -84,11 +94,7 @@ class Additive(Baseline):
     name = "additive"
 
     def _fit(self) -> None:
-        per_gene: dict[str, list[np.ndarray]] = {}
-        for key, delta in self.train_delta.items():
-            genes = self.dm.perturbation(key)
-            if len(genes) == 1:
-                per_gene.setdefault(genes[0], []).append(delta)
+        per_gene = by_single_gene(self.dm, self.train_delta)
         self.gene_delta = {g: np.mean(d, axis=0) for g, d in per_gene.items()}  # mean over cell types
 
     def _single(self, gene: str, cell_type: str) -> np.ndarray:
