@@ -47,7 +47,7 @@ def build(cfg: dict, run_dir: Path | None = None) -> tuple[PerturbationDataModul
         log.info("flow.shrink auto: %s (prior-mean MSE per value %s over %s doubles)", choice["shrink"],
                  {k: round(v, 5) for k, v in choice["mse"].items()}, choice["n"])
     if model.flow["prior"] == "masking" and model.flow["closure"] is not False:
-        set_closure(model, dm)
+        set_closure(model, dm)  # before κ, τ are chosen: they are chosen for the closed prior
     if model.flow["prior"] == "masking" and "auto" in (model.flow["kappa"], model.flow["denoise"]):
         choice = choose_masking(model, dm)
         log.info("flow.prior masking: kappa %s, denoise %s (chosen on %d training + val doubles)", choice["kappa"],
@@ -109,9 +109,8 @@ def training_single_variances(dm: PerturbationDataModule) -> dict[int, torch.Ten
     """
     from sciml.perturbation.baselines.simple import by_single_gene
 
-    singles = [key for key in dm.conditions["train"] if len(dm.perturbation(key)) == 1]
-    per_gene = by_single_gene(dm, {key: _mean_variance(dm.cells(key)) + _mean_variance(dm.control_matrix(key))
-                                   for key in singles})
+    per_gene = by_single_gene(dm, dm.conditions["train"],
+                              lambda key: _mean_variance(dm.cells(key)) + _mean_variance(dm.control_matrix(key)))
     index = {g: i for i, g in enumerate(dm.perturbation_genes)}
     return {index[g]: torch.as_tensor(np.sum(v, axis=0) / len(v) ** 2, dtype=torch.float32)
             for g, v in per_gene.items()}

@@ -24,13 +24,13 @@ from sciml.perturbation.data.conditions import format_condition
 from sciml.perturbation.data.table import make_key, split_key
 
 
-def by_single_gene(dm, values: dict) -> dict[str, list]:
-    """``{gene: [value of each single-gene key]}`` over ``values`` ``{condition key: value}`` (one per cell type)."""
+def by_single_gene(dm, keys, value) -> dict[str, list]:
+    """``{gene: [value(key) of each single-gene key among keys]}`` (one key per cell type the gene was measured in)."""
     out: dict[str, list] = {}
-    for key, value in values.items():
+    for key in keys:
         genes = dm.perturbation(key)
         if len(genes) == 1:
-            out.setdefault(genes[0], []).append(value)
+            out.setdefault(genes[0], []).append(value(key))
     return out
 
 
@@ -94,7 +94,7 @@ class Additive(Baseline):
     name = "additive"
 
     def _fit(self) -> None:
-        per_gene = by_single_gene(self.dm, self.train_delta)
+        per_gene = by_single_gene(self.dm, self.train_delta, self.train_delta.__getitem__)
         self.gene_delta = {g: np.mean(d, axis=0) for g, d in per_gene.items()}  # mean over cell types
 
     def _single(self, gene: str, cell_type: str) -> np.ndarray:
