@@ -29,6 +29,10 @@ right before writing; other keys kept) and prints a table.
 Usage::
 
     OMP_NUM_THREADS=1 python benchmarks/hamiltonian_speed.py [--model checkpoints/organic-pbe-def2svp] [--quick]
+    OMP_NUM_THREADS=1 python benchmarks/hamiltonian_speed.py --refine 5 --only water,ethanol,uracil,indole
+
+With ``--refine K`` every size also runs ``predict --refine K`` (label ``model_refined``) beside the plain command
+on the same conformers, and the result goes to key ``"speed_refine"`` (the plain table under ``"speed"`` is kept).
 """
 
 from __future__ import annotations
@@ -101,20 +105,20 @@ def write_xyz(folder: Path, name: str, numbers, positions) -> list[Path]:
     return paths
 
 
-def time_command(model: str, paths: list[Path], out: Path) -> dict:
-    """One ``sciml hamiltonian predict`` call on all ``paths`` (one thread): wall, CPU, the command's stages."""
+def time_command(model: str, paths: list[Path], out: Path, refine: int = 0) -> dict:
+    """One ``sciml hamiltonian predict [--refine K]`` call on all ``paths`` (one thread): wall, CPU, its stages."""
     from sciml.cli.hamiltonian import parse_timing_line
 
     env = os.environ | {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     cmd = [str(Path(sys.executable).parent / "sciml"), "hamiltonian", "predict", "--model", model, "--output", str(out),
-           "--threads", "1", "--no-progress", *map(str, paths)]
+           "--threads", "1", "--no-progress", "--refine", str(refine), *map(str, paths)]
     before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
     proc = subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
     stages = parse_timing_line(proc.stderr)
     if stages is None:
         raise RuntimeError(f"no 'time:' line in the command's stderr:\n{proc.stderr[-2000:]}")
-    work = sum(stages[k] for k in ("read", "h0_overlap", "network", "write"))
+    work = sum(stages.get(k, 0.0) for k in ("read", "h0_overlap", "network", "write", "refine"))
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     return {"wall_seconds": wall, "cpu_seconds": cpu,
             "stages_seconds": stages, "startup_imports_seconds": wall - stages["load"] - work,
@@ -190,8 +194,8 @@ def measure(name: str, n: int, n_scf: int, models: dict, work: Path) -> dict:
     mol = gto.M(atom=[(int(z), tuple(p)) for z, p in zip(numbers, ref, strict=True)], basis="def2-svp", verbose=0)
     row = {"molecule": name, "source": PLAN[name][0], "formula": _formula(numbers),
            "n_atoms": int(len(numbers)), "n_ao": int(mol.nao), "n_predict": n, "n_scf": n_scf}
-    for label, model in models.items():
-        row[f"predict_{label}"] = time_command(model, paths, work / f"{name}-{label}-out")
+    for label, (model, refine) in models.items():
+        row[f"predict_{label}"] = time_command(model, paths, work / f"{name}-{label}-out", refine)
     row |= time_scf(numbers, positions[:n_scf])
     for label in models:
         row[f"ratios_{label}"] = ratios(row, f"predict_{label}")
@@ -241,6 +245,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="water, ethanol, uracil, 1-3 conformers (a smoke run)")
     parser.add_argument("--no-write", action="store_true", help="print only; leave the results file alone")
     parser.add_argument("--note", default=None, help="what the model is, stored with the results (e.g. a stand-in)")
+    parser.add_argument("--refine", type=int, default=0, metavar="K",
+                        help="also time `predict --refine K` (model_refined) in the same run; writes key 'speed_refine'")
     args = parser.parse_args()
     if not Path(args.model, "config.yaml").is_file():
         raise SystemExit(f"{args.model}: no model artifact (config.yaml); train and export it, or pass --model")
@@ -255,7 +261,8 @@ def main() -> None:
         imports = time_imports()
         for name in names:
             n, n_scf = QUICK[name] if args.quick else PLAN[name][1:]
-            models = {"model": args.model} | ({"water_model": args.water_model} if name == "water" else {})
+            models = ({"model": (args.model, 0)} | ({"model_refined": (args.model, args.refine)} if args.refine else {})
+                      | ({"water_model": (args.water_model, 0)} if name == "water" and not args.refine else {}))
             rows.append(measure(name, n, n_scf, models, Path(tmp)))
             print(f"{name}: done ({time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
     model_meta = json.loads(Path(args.model, "metadata.json").read_text())
@@ -270,9 +277,13 @@ def main() -> None:
         "python_imports_seconds": imports, "seconds": time.perf_counter() - start, "quick": args.quick,
         "ratio_grows_with_size": grows(rows, "model", "scf_over_predict"),
         "marginal_ratio_grows_with_size": grows(rows, "model", "scf_over_predict_marginal"),
-        "molecules": rows,
+        "refine_steps": args.refine, "molecules": rows,
     }
+    if args.refine:
+        result["refined_ratio_grows_with_size"] = grows(rows, "model_refined", "scf_over_predict")
     print(table(rows, "model"))
+    if args.refine:
+        print(f"\nmodel, --refine {args.refine}:\n" + table(rows, "model_refined"))
     print("\nwater model:\n" + table(rows, "water_model"))
     print(f"threads 1, {os.cpu_count()} CPUs, load average before {load_before[0]:.2f}, after "
           f"{os.getloadavg()[0]:.2f}; ratio grows with size: {result['ratio_grows_with_size']} (whole command), "
@@ -281,9 +292,10 @@ def main() -> None:
         from sciml.core.io.atomic import atomic_write_text
 
         data = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}  # re-read: another script writes here
-        data["speed"] = result
+        key = "speed_refine" if args.refine else "speed"
+        data[key] = result
         atomic_write_text(RESULTS, json.dumps(data, indent=1) + "\n")
-        print(f"wrote key 'speed' of {RESULTS}", file=sys.stderr)
+        print(f"wrote key {key!r} of {RESULTS}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -61,10 +61,11 @@ def check_elements(numbers, layout: OrbitalLayout, source: str) -> None:
 
 
 def zeroth_step(numbers, positions, basis: str, xc: str, layout: OrbitalLayout, source: str = "input",
-                grid_level: int = 3, h0: str = "full") -> dict:
+                grid_level: int = 3, h0: str = "full", cache_mb: float = 0.0) -> dict:
     """Pyscf ``S`` and ``H0`` (pyscf AO order, Hartree) and the number of doubly occupied orbitals.
 
     ``h0`` is how the model's training data built H0 (:mod:`sciml.hamiltonian.data.h0`: ``"full"`` or ``"fast"``).
+    ``cache_mb`` > 0: the Fock solver keeps its caches and is returned as ``"solver"`` (for the refinement).
     Raises ImportError (one line) without pyscf, ValueError when pyscf's basis differs from the model's.
     """
     from sciml.hamiltonian.data.generate import import_pyscf
@@ -72,7 +73,7 @@ def zeroth_step(numbers, positions, basis: str, xc: str, layout: OrbitalLayout, 
     import_pyscf()
     from pyscf import gto
 
-    from sciml.hamiltonian.data.h0 import zeroth_step_matrices
+    from sciml.hamiltonian.data.h0 import fock_solver, zeroth_step_matrices
 
     mol = gto.M(atom=[(int(z), tuple(p)) for z, p in zip(numbers, positions, strict=True)], basis=basis,
                 unit="Angstrom", verbose=0)
@@ -83,7 +84,9 @@ def zeroth_step(numbers, positions, basis: str, xc: str, layout: OrbitalLayout, 
         if got.shells_of(z) != layout.shells_of(z):
             raise ValueError(f"{source}: basis {basis!r} gives shells {got.shells_of(z)} for Z={z}, the model was "
                              f"trained with {layout.shells_of(z)}; use the training basis")
-    return zeroth_step_matrices(mol, xc, grid_level, h0) | {"n_occupied": mol.nelectron // 2}
+    solver = fock_solver(mol, xc, grid_level, h0, cache_mb) if cache_mb > 0 else None
+    out = zeroth_step_matrices(mol, xc, grid_level, h0, solver) | {"n_occupied": mol.nelectron // 2}
+    return out | ({"solver": solver} if solver is not None else {})
 
 
 def structure_from_matrices(numbers, positions, mats: dict, layout: OrbitalLayout, n_occupied: int,
@@ -193,15 +196,54 @@ def predict_structures(structures: list[HamiltonianStructure], predictor: Hamilt
                "alpha": alpha, "domain_pvalue": p, "in_domain": in_domain, "domain_beta": beta,
                "intervals": iv.method, "interval_guarantee": iv.method != "none" and in_domain is not False
                and not iv.note, "note": note}
-        if k > occ:
-            res |= {"homo": float(e[occ - 1]), "lumo": float(e[occ]), "gap": float(e[occ] - e[occ - 1]),
-                    "gap_lower": float(lo[occ] - hi[occ - 1]), "gap_upper": float(hi[occ] - lo[occ - 1])}
-        out.append(res)
+        out.append(res | _gap_fields(e, lo, hi, occ))
     return out
+
+
+def _gap_fields(eps, lower, upper, n_occupied: int) -> dict:
+    """HOMO, LUMO, gap and its Bonferroni interval (Hartree); empty without a virtual orbital."""
+    occ = n_occupied
+    if len(eps) <= occ:
+        return {}
+    return {"homo": float(eps[occ - 1]), "lumo": float(eps[occ]), "gap": float(eps[occ] - eps[occ - 1]),
+            "gap_lower": float(lower[occ] - upper[occ - 1]), "gap_upper": float(upper[occ] - lower[occ - 1])}
+
+
+def refine_result(structure: HamiltonianStructure, result: dict, s_pyscf: np.ndarray, solver, layout: OrbitalLayout,
+                  steps: int) -> dict:
+    """``result`` of :func:`predict_structures` after ``steps`` self-consistent Fock builds (:mod:`sciml.hamiltonian.refine`).
+
+    H, orbital energies, HOMO/LUMO/gap are the refined ones; each interval keeps its width around the refined energy
+    (the calibration was made on unrefined predictions, so the intervals are marked without guarantee); adds
+    ``refine_steps`` and ``refine_residuals_microhartree`` (mean |F[D(H_i)] − H_i| of each evaluated iterate).
+    """
+    from scipy.linalg import eigh
+
+    from sciml.hamiltonian.refine import refine
+
+    h = layout.to_pyscf(result["hamiltonian"], structure.numbers)
+    out = refine(h, lambda dens: solver.get_fock(dm=dens), s_pyscf, result["n_occupied"], steps)
+    k = len(result["orbital_energies"])
+    eps = eigh(out.hamiltonian, s_pyscf, eigvals_only=True)[:k]
+    shift = eps - np.asarray(result["orbital_energies"])
+    lo, hi = np.asarray(result["lower"]) + shift, np.asarray(result["upper"]) + shift
+    text = (f"refined by {steps} Fock builds (last residual {out.residuals[-1]:.0f} µHa); intervals keep the "
+            "unrefined model's widths (no guarantee for refined energies)")
+    note = result.get("note") or ""
+    return result | {"hamiltonian": layout.to_e3nn(out.hamiltonian, structure.numbers),
+                     "orbital_energies": eps.tolist(), "lower": lo.tolist(), "upper": hi.tolist(),
+                     "intervals": result["intervals"] + ", widths of the unrefined model",
+                     "interval_guarantee": False, "note": f"{note}; {text}" if note else text,
+                     "refine_steps": steps, "refine_residuals_microhartree": out.residuals} | _gap_fields(
+        eps, lo, hi, result["n_occupied"])
 
 
 def _ev(values) -> list[float]:
     return [float(v) * HARTREE_EV for v in values]
+
+
+#: fields of :func:`refine_result` copied into ``eigenvalues.json``
+REFINE_KEYS = ("refine_steps", "refine_residuals_microhartree")
 
 
 def write_prediction(folder: Path, structure: HamiltonianStructure, result: dict, s_pyscf: np.ndarray,
@@ -236,7 +278,7 @@ def write_prediction(folder: Path, structure: HamiltonianStructure, result: dict
            "homo_ev": float(result["orbital_energies"][result["n_occupied"] - 1]) * HARTREE_EV,
            **{k: result[k] for k in ("domain_pvalue", "in_domain", "domain_beta", "intervals", "interval_guarantee",
                                      "note")},
-           **{k: result[k] for k in RESIDUAL_KEYS if k in result}}
+           **{k: result[k] for k in RESIDUAL_KEYS + REFINE_KEYS if k in result}}
     if "gap" in result:
         row |= {k + "_ev": result[k] * HARTREE_EV for k in ("homo", "lumo", "gap", "gap_lower", "gap_upper")}
     if reference is not None:
@@ -269,7 +311,8 @@ def _timed(timings: dict | None, stage: str):
 def predict_files(paths, predictor: HamiltonianPredictor, output: str | Path, alpha: float = 0.1,
                   references=None, plot: bool = False, progress: bool = True, beta: float | None = None,
                   shift_aware: bool = False, min_ess: float = 50.0, batch_size: int = 16,
-                  max_pairs: int = MAX_PAIRS, timings: dict | None = None, residual: bool = False):
+                  max_pairs: int = MAX_PAIRS, timings: dict | None = None, residual: bool = False,
+                  refine: int = 0, cache_mb: float | None = None):
     """Yield one summary row per ``.xyz`` file after writing its folder ``<output>/<stem>/``.
 
     Inputs stream through in chunks: pyscf builds S and H0 of each input (one ``Mole`` per input), and when the
@@ -279,28 +322,43 @@ def predict_files(paths, predictor: HamiltonianPredictor, output: str | Path, al
     data, so it holds every input's matrices at once (one chunk). A progress bar on stderr (terminals only)
     counts molecules and names the stage (pyscf H0/S, network, write).
 
+    ``refine`` > 0: each prediction is refined by that many self-consistent Fock builds (:func:`refine_result`),
+    made by the Fock solver that built its H0, which keeps its caches (at most ``cache_mb`` MB each, default
+    :data:`sciml.hamiltonian.refine.CACHE_MB`) until its chunk is written; a chunk also closes before the solvers it
+    holds exceed that many MB in all.
+
     ``timings``: a dict to which the wall seconds of each stage are added: ``read`` (``.xyz`` and reference
     files), ``h0_overlap`` (pyscf S and H0), ``network`` (:func:`predict_structures`: graphs, model, orbital
     energies, intervals), ``residual`` (with ``residual``: the SCF residual of each prediction and its H MAE
-    bound, :mod:`sciml.hamiltonian.residual`), ``write`` (output folders, plots); ``network_calls`` counts the calls.
+    bound, :mod:`sciml.hamiltonian.residual`), ``refine`` (with ``refine``), ``write`` (output folders, plots);
+    ``network_calls`` counts the calls.
     """
     from tqdm.auto import tqdm
 
+    from sciml.hamiltonian.refine import CACHE_MB
+
     if batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {batch_size}")
+    if refine < 0:
+        raise ValueError(f"--refine must be >= 0 Fock builds, got {refine}")
+    if refine and residual:
+        raise ValueError("--refine and --residual: the refinement reports its own residuals "
+                         "(refine_residuals_microhartree); drop --residual")
+    cache = (CACHE_MB if cache_mb is None else cache_mb) if refine else 0.0
     output, paths = Path(output), list(paths)
     size, pairs = (len(paths), math.inf) if shift_aware else (batch_size, max_pairs)
     bar = tqdm(total=len(paths), desc="molecules", unit="structure", file=sys.stderr,
                disable=None if progress else True)
     flush = partial(_predict_chunk, paths=paths, predictor=predictor, output=output, alpha=alpha, beta=beta,
                     shift_aware=shift_aware, min_ess=min_ess, plot=plot, bar=bar, timings=timings,
-                    residual=residual)
-    pending: list[tuple[int, tuple]] = []  # (input index, (structure, S, reference)) waiting for the network
+                    residual=residual, refine=refine)
+    pending: list[tuple[int, tuple]] = []  # (input index, (structure, S, reference, solver)) waiting for the network
     try:
         for k, path in enumerate(paths):
-            item = _prepare(path, predictor, references[k] if references else None, bar, timings)
+            item = _prepare(path, predictor, references[k] if references else None, bar, timings, cache)
             held = sum(len(it[0].numbers) ** 2 for _, it in pending)
-            if pending and held + len(item[0].numbers) ** 2 > pairs:
+            held_mb = sum(_solver_mb(it[3]) for _, it in pending)
+            if pending and (held + len(item[0].numbers) ** 2 > pairs or held_mb + _solver_mb(item[3]) > cache):
                 yield from flush(pending)
                 pending = []
             pending.append((k, item))
@@ -313,16 +371,29 @@ def predict_files(paths, predictor: HamiltonianPredictor, output: str | Path, al
         bar.close()
 
 
+def _solver_mb(solver) -> float:
+    """MB a caching Fock solver holds: density-fitting factors and AO values (0 for None)."""
+    if solver is None:
+        return 0.0
+    cderi = getattr(getattr(solver, "with_df", None), "_cderi", None)
+    held = cderi.nbytes if isinstance(cderi, np.ndarray) else 0
+    return (held + getattr(solver._numint, "cached_bytes", 0)) / 1e6
+
+
 def _predict_chunk(pending, paths, predictor, output: Path, alpha, beta, shift_aware, min_ess, plot, bar, timings,
-                   residual: bool = False):
-    """One network call for the prepared inputs ``[(index, (structure, S, reference))]``; write and yield rows."""
+                   residual: bool = False, refine: int = 0):
+    """One network call for the prepared inputs ``[(index, (structure, S, reference, solver))]``; write, yield rows."""
     bar.set_postfix_str(f"network ({len(pending)} molecule(s))")
     with _timed(timings, "network"):
         results = predict_structures([it[0] for _, it in pending], predictor, alpha, beta, shift_aware, min_ess)
     if timings is not None:
         timings["network_calls"] = timings.get("network_calls", 0) + 1
-    for (k, (structure, s_pyscf, reference)), result in zip(pending, results, strict=True):
+    for (k, (structure, s_pyscf, reference, solver)), result in zip(pending, results, strict=True):
         folder = output / Path(paths[k]).stem
+        if refine:
+            bar.set_postfix_str(f"{Path(paths[k]).name}: refine ({refine} Fock builds)")
+            with _timed(timings, "refine"):
+                result = refine_result(structure, result, s_pyscf, solver, predictor.layout, refine)
         if residual:
             bar.set_postfix_str(f"{Path(paths[k]).name}: SCF residual")
             with _timed(timings, "residual"):
@@ -338,15 +409,20 @@ def _predict_chunk(pending, paths, predictor, output: Path, alpha, beta, shift_a
         yield row
 
 
-def _prepare(path, predictor: HamiltonianPredictor, reference_path, bar, timings: dict | None = None):
-    """Read one ``.xyz``, build its S and H0 with pyscf; ``(structure, S (pyscf order), reference H or None)``."""
+def _prepare(path, predictor: HamiltonianPredictor, reference_path, bar, timings: dict | None = None,
+             cache_mb: float = 0.0):
+    """Read one ``.xyz``, build its S and H0 with pyscf.
+
+    Returns ``(structure, S (pyscf order), reference H or None, Fock solver or None)``; the solver (with its caches,
+    ``cache_mb`` > 0) is kept for the refinement.
+    """
     bar.set_postfix_str(f"{Path(path).name}: pyscf H0, S")
     with _timed(timings, "read"):
         numbers, positions = read_xyz(path)
         check_elements(numbers, predictor.layout, str(path))
     with _timed(timings, "h0_overlap"):
         mats = zeroth_step(numbers, positions, predictor.basis, predictor.xc, predictor.layout, str(path),
-                           h0=predictor.h0)
+                           h0=predictor.h0, cache_mb=cache_mb)
         structure = structure_from_matrices(numbers, positions, mats, predictor.layout, mats["n_occupied"],
                                             str(path))
     reference = None
@@ -356,4 +432,4 @@ def _prepare(path, predictor: HamiltonianPredictor, reference_path, bar, timings
         if reference.shape != mats["S"].shape:
             raise ValueError(f"{reference_path}: reference H has shape {reference.shape}, the molecule in "
                              f"{path} needs {mats['S'].shape} (pyscf AO order, {predictor.basis})")
-    return structure, mats["S"], reference
+    return structure, mats["S"], reference, mats.get("solver")

@@ -14,6 +14,12 @@ build it, recorded with the data and the model so that prediction builds H0 the 
     limit): pyscf otherwise evaluates all grid points at once in a fresh buffer (330 MB for indole), and the page
     faults of that allocation cost 0.3–0.5 s on some molecules and not on others. Indole's H0 + S: 0.93 s per
     molecule instead of 0.9–1.6 s; the sum is the same up to rounding (|ΔH0| < 1e-12 Ha).
+
+A solver that builds many Fock matrices of one molecule (the refinement of :mod:`sciml.hamiltonian.refine`) asks
+``fock_solver(..., cache_mb=M)``: the density-fitting factors are computed once and kept in memory, and the atomic
+orbitals' values on the XC grid are kept after the first build when they fit in ``M`` MB
+(:class:`sciml.hamiltonian.data.numint_cache.CachedNumInt`).
+The matrices are the same to rounding; for uracil a further build costs 0.18 s instead of 0.51 s (one thread).
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ def check_h0_method(method: str) -> str:
     return method
 
 
-def fock_solver(mol, xc: str, grid_level: int = 3, method: str = "full"):
+def fock_solver(mol, xc: str, grid_level: int = 3, method: str = "full", cache_mb: float = 0.0):
     """The pyscf mean-field object whose ``get_fock(dm=D)`` builds ``F[D]`` the ``method`` way (see the docstring).
 
     Parameters
@@ -49,6 +55,9 @@ def fock_solver(mol, xc: str, grid_level: int = 3, method: str = "full"):
         DFT grid level of ``"full"``.
     method : str
         ``"full"`` or ``"fast"`` (see the module docstring).
+    cache_mb : float
+        > 0: keep the density-fitting factors and up to this many MB of AO values on the grid between builds
+        (for many builds of one molecule; module docstring). 0: pyscf's default, nothing kept.
 
     """
     from pyscf import dft, lib, scf
@@ -62,12 +71,22 @@ def fock_solver(mol, xc: str, grid_level: int = 3, method: str = "full"):
         mf.grids.level = grid_level if level is None else level
     if density_fit:
         mf = mf.density_fit(auxbasis=JKFIT if exchange else JFIT)  # the DF object keeps mol.max_memory
+        if cache_mb > 0:
+            mf.with_df.build()  # the factors in memory: J is then one contraction per build
         mf.max_memory = lib.current_memory()[0] + XC_WORK_MB  # RKS.get_veff: XC blocks get max_memory − current
+    if cache_mb > 0 and hasattr(mf, "_numint"):
+        from sciml.hamiltonian.data.numint_cache import CachedNumInt
+
+        mf._numint = CachedNumInt(cache_mb)
     mf.verbose = 0
     return mf
 
 
-def zeroth_step_matrices(mol, xc: str, grid_level: int = 3, method: str = "full") -> dict[str, np.ndarray]:
-    """``{"H0", "S"}`` (pyscf AO order, Hartree) of a pyscf ``Mole``: ``F[ρ_SAD]`` built by :func:`fock_solver`."""
-    mf = fock_solver(mol, xc, grid_level, method)
+def zeroth_step_matrices(mol, xc: str, grid_level: int = 3, method: str = "full",
+                         solver=None) -> dict[str, np.ndarray]:
+    """``{"H0", "S"}`` (pyscf AO order, Hartree) of a pyscf ``Mole``: ``F[ρ_SAD]`` built by :func:`fock_solver`.
+
+    ``solver``: a :func:`fock_solver` of ``mol`` to build with (one that caches, kept for further builds).
+    """
+    mf = fock_solver(mol, xc, grid_level, method) if solver is None else solver
     return {"H0": mf.get_fock(dm=mf.get_init_guess(key="minao")), "S": mf.get_ovlp()}
