@@ -93,18 +93,22 @@ def residual_rows(structures, results, predictor, alpha: float) -> list[dict]:
 
 
 def refine_curves(structures, results, predictor, steps: int) -> dict:
-    """Per start (``network``, ``h0``): H MAE (µHa) and occupied MAE (meV) after 0…``steps`` Fock builds, means
-    over the conformers, and the seconds per build."""
+    """Refinement curves of the shipped model's prediction and of H0.
+
+    Per start (``network``, ``h0``): H MAE (µHa) and occupied MAE (meV) after 0…``steps`` Fock builds, means over
+    the conformers, and the median seconds per build.
+    """
     from scipy.linalg import eigh
 
     from sciml.hamiltonian.predict import zeroth_step
-    from sciml.hamiltonian.refine import CACHE_MB, refine
+    from sciml.hamiltonian.refine import CACHE_MB, fock_of, refine
 
     layout, curves, seconds = predictor.layout, {"network": [], "h0": []}, []
     for s, r in zip(structures, results, strict=True):
         mats = zeroth_step(s.numbers, s.positions, predictor.basis, predictor.xc, layout, h0=predictor.h0,
                            cache_mb=CACHE_MB)
-        solver, overlap, occ = mats["solver"], mats["S"], mats["n_occupied"]
+        overlap, occ = mats["S"], mats["n_occupied"]
+        fock = fock_of(mats["solver"])
         href = layout.to_pyscf(s.to_dense("H", layout), s.numbers)
         eref = eigh(href, overlap, eigvals_only=True)[:occ]
         starts = {"network": layout.to_pyscf(r["hamiltonian"], s.numbers), "h0": mats["H0"]}
@@ -112,7 +116,7 @@ def refine_curves(structures, results, predictor, steps: int) -> dict:
             row = []
             for k in range(steps + 1):  # refine() with k builds from the same start: the curve of one run
                 start = time.perf_counter()
-                out = refine(h, lambda dens: solver.get_fock(dm=dens), overlap, occ, k)
+                out = refine(h, fock, overlap, occ, k)
                 seconds.append((time.perf_counter() - start) / max(k, 1))
                 eps = eigh(out.hamiltonian, overlap, eigvals_only=True)[:occ]
                 row.append([float(np.abs(out.hamiltonian - href).mean() * 1e6),

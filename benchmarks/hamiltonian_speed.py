@@ -246,7 +246,7 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true", help="print only; leave the results file alone")
     parser.add_argument("--note", default=None, help="what the model is, stored with the results (e.g. a stand-in)")
     parser.add_argument("--refine", type=int, default=0, metavar="K",
-                        help="also time `predict --refine K` (model_refined) in the same run; writes key 'speed_refine'")
+                        help="also time `predict --refine K` (model_refined) in the same run; key 'speed_refine'")
     args = parser.parse_args()
     if not Path(args.model, "config.yaml").is_file():
         raise SystemExit(f"{args.model}: no model artifact (config.yaml); train and export it, or pass --model")

@@ -132,8 +132,11 @@ _STAGES = (("load", "load model"), ("read", "read"), ("h0_overlap", "pyscf H0+S"
 
 
 def _residual_text(row: dict) -> str:
-    """``, SCF residual 812 µHa (H MAE <= 2,030 µHa, 90%)`` for rows of ``--residual``; ``, refined (5 Fock
-    builds, last residual 31 µHa)`` for ``--refine``; else empty."""
+    """The row's residual or refinement, for the summary line.
+
+    ``, SCF residual 812 µHa (H MAE <= 2,030 µHa, 90%)`` for ``--residual``, ``, refined (5 Fock builds, last
+    residual 31 µHa)`` for ``--refine``, else empty.
+    """
     if row.get("refine_steps"):
         return (f", refined ({row['refine_steps']} Fock builds, last residual "
                 f"{row['refine_residuals_microhartree'][-1]:,.0f} µHa)")

@@ -209,9 +209,11 @@ def _gap_fields(eps, lower, upper, n_occupied: int) -> dict:
             "gap_lower": float(lower[occ] - upper[occ - 1]), "gap_upper": float(upper[occ] - lower[occ - 1])}
 
 
-def refine_result(structure: HamiltonianStructure, result: dict, s_pyscf: np.ndarray, solver, layout: OrbitalLayout,
-                  steps: int) -> dict:
-    """``result`` of :func:`predict_structures` after ``steps`` self-consistent Fock builds (:mod:`sciml.hamiltonian.refine`).
+def refine_result(structure: HamiltonianStructure, result: dict, s_pyscf: np.ndarray, solver,
+                  layout: OrbitalLayout, steps: int) -> dict:
+    """``result`` of :func:`predict_structures` after ``steps`` self-consistent Fock builds.
+
+    The refinement is :func:`sciml.hamiltonian.refine.refine`, made by ``solver`` (the one that built H0).
 
     H, orbital energies, HOMO/LUMO/gap are the refined ones; each interval keeps its width around the refined energy
     (the calibration was made on unrefined predictions, so the intervals are marked without guarantee); adds
@@ -219,10 +221,10 @@ def refine_result(structure: HamiltonianStructure, result: dict, s_pyscf: np.nda
     """
     from scipy.linalg import eigh
 
-    from sciml.hamiltonian.refine import refine
+    from sciml.hamiltonian.refine import fock_of, refine
 
     h = layout.to_pyscf(result["hamiltonian"], structure.numbers)
-    out = refine(h, lambda dens: solver.get_fock(dm=dens), s_pyscf, result["n_occupied"], steps)
+    out = refine(h, fock_of(solver), s_pyscf, result["n_occupied"], steps)
     k = len(result["orbital_energies"])
     eps = eigh(out.hamiltonian, s_pyscf, eigvals_only=True)[:k]
     shift = eps - np.asarray(result["orbital_energies"])

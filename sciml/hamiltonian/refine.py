@@ -63,18 +63,31 @@ def anderson_weights(residuals: list[np.ndarray]) -> np.ndarray:
     return np.linalg.lstsq(system, rhs, rcond=None)[0][:n]
 
 
+def fock_of(solver):
+    """``D -> F[D]`` (nao, nao) of a pyscf mean-field object (e.g. a caching ``fock_solver``)."""
+    return lambda dens: solver.get_fock(dm=dens)
+
+
 def refine(h: np.ndarray, fock, s: np.ndarray, n_occupied: int, steps: int, beta: float = BETA,
            depth: int = DEPTH) -> Refinement:
     """Refine ``h`` (nao, nao, Hartree) by ``steps`` Fock builds ``fock(D)`` with Anderson mixing (module docstring).
 
     Parameters
     ----------
-    h : starting Hamiltonian (pyscf AO order), e.g. a model's prediction.
-    fock : callable ``D -> F[D]`` (nao, nao), e.g. ``solver.get_fock(dm=D)`` of a caching ``fock_solver``.
-    s : overlap (nao, nao).
-    n_occupied : doubly occupied orbitals.
-    steps : Fock builds (0 returns ``h`` unchanged).
-    beta, depth : mixing fraction in (0, 1] and how many iterates are combined (≥ 1).
+    h : np.ndarray
+        Starting Hamiltonian (nao, nao; pyscf AO order), e.g. a model's prediction.
+    fock : callable
+        ``D -> F[D]`` (nao, nao), e.g. :func:`fock_of` a caching ``fock_solver``.
+    s : np.ndarray
+        Overlap (nao, nao).
+    n_occupied : int
+        Doubly occupied orbitals.
+    steps : int
+        Fock builds (0 returns ``h`` unchanged).
+    beta : float
+        Mixing fraction in (0, 1].
+    depth : int
+        How many iterates are combined (≥ 1).
 
     """
     if steps < 0:

@@ -25,6 +25,7 @@ class CachedNumInt(NumInt):
     The cache is keyed by the molecule, the grid (object and size) and the derivative order, so a changed grid is
     evaluated again. pyscf reuses one buffer for consecutive blocks, so kept blocks are copies (its memory layout
     kept: the contractions expect Fortran-ordered AO arrays).
+
     """
 
     def __init__(self, cache_mb: float):
@@ -33,7 +34,7 @@ class CachedNumInt(NumInt):
         self._blocks = None
 
     def block_loop(self, mol, grids, nao=None, deriv=0, max_memory=2000, non0tab=None, blksize=None, buf=None):
-        """pyscf's blocks ``(ao, mask, weight, coords)``; from the cache after the first full pass."""
+        """The blocks ``(ao, mask, weight, coords)`` of pyscf's loop; from the cache after the first full pass."""
         key = (id(mol), id(grids), 0 if grids.weights is None else grids.weights.size, deriv)
         if self._blocks is not None and self._blocks[0] == key:
             yield from self._blocks[1]
