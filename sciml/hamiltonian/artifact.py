@@ -18,6 +18,7 @@ from sciml.hamiltonian.domain import FILE as DOMAIN_FILE
 from sciml.hamiltonian.domain import HamiltonianDomain
 from sciml.hamiltonian.model import HamiltonianModel
 from sciml.hamiltonian.orbitals import OrbitalLayout
+from sciml.hamiltonian.refine_calibration import REFINE_FILE, RefinedCalibration
 from sciml.hamiltonian.residual import RESIDUAL_FILE, ResidualBound
 from sciml.uq.split import calibrator_from_dict
 
@@ -44,6 +45,7 @@ class HamiltonianPredictor:
     domain: HamiltonianDomain | None = None  # molecule models exported with a domain test (domain.json)
     h0: str = "full"  # how H0 is built at prediction, as in the training data (sciml.hamiltonian.data.h0)
     residual: ResidualBound | None = None  # conformal H-MAE bound from the SCF residual (residual.json)
+    refined: RefinedCalibration | None = None  # intervals of ``predict --refine K`` (refine_calibrator.json)
 
 
 #: network settings of the first crystal models (``task: hamiltonian-crystal`` artifacts, e.g. si-c-pbe-gth)
@@ -113,4 +115,5 @@ def load_model(path: str | Path = DEFAULT_MODEL) -> HamiltonianPredictor:
     return HamiltonianPredictor(module, calibrator, module.layout, str(meta.get("basis", "def2-svp")),
                                 str(meta.get("xc", "pbe")), Path(path), bool(meta.get("periodic")),
                                 dict(meta.get("generator") or {}), domain, str(meta.get("h0") or "full"),
-                                parse_extra(art, RESIDUAL_FILE, ResidualBound.from_dict))
+                                parse_extra(art, RESIDUAL_FILE, ResidualBound.from_dict),
+                                parse_extra(art, REFINE_FILE, RefinedCalibration.from_dict))

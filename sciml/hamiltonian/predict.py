@@ -210,34 +210,44 @@ def _gap_fields(eps, lower, upper, n_occupied: int) -> dict:
 
 
 def refine_result(structure: HamiltonianStructure, result: dict, s_pyscf: np.ndarray, solver,
-                  layout: OrbitalLayout, steps: int) -> dict:
+                  predictor: HamiltonianPredictor, steps: int, alpha: float | None) -> dict:
     """``result`` of :func:`predict_structures` after ``steps`` self-consistent Fock builds.
 
-    The refinement is :func:`sciml.hamiltonian.refine.refine`, made by ``solver`` (the one that built H0).
-
-    H, orbital energies, HOMO/LUMO/gap are the refined ones; each interval keeps its width around the refined energy
-    (the calibration was made on unrefined predictions, so the intervals are marked without guarantee); adds
+    The refinement is :func:`sciml.hamiltonian.refine.refine`, made by ``solver`` (the one that built H0). H, orbital
+    energies, HOMO/LUMO/gap are the refined ones. Intervals: from the artifact's refined calibrator when it was
+    fitted for these ``steps`` (:mod:`sciml.hamiltonian.refine_calibration`; a guarantee like the unrefined ones);
+    otherwise each keeps its unrefined width around the refined energy, marked without guarantee. Adds
     ``refine_steps`` and ``refine_residuals_microhartree`` (mean |F[D(H_i)] − H_i| of each evaluated iterate).
     """
     from scipy.linalg import eigh
 
     from sciml.hamiltonian.refine import fock_of, refine
 
-    h = layout.to_pyscf(result["hamiltonian"], structure.numbers)
-    out = refine(h, fock_of(solver), s_pyscf, result["n_occupied"], steps)
+    layout, occ = predictor.layout, result["n_occupied"]
+    out = refine(layout.to_pyscf(result["hamiltonian"], structure.numbers), fock_of(solver), s_pyscf, occ, steps)
     k = len(result["orbital_energies"])
     eps = eigh(out.hamiltonian, s_pyscf, eigvals_only=True)[:k]
-    shift = eps - np.asarray(result["orbital_energies"])
-    lo, hi = np.asarray(result["lower"]) + shift, np.asarray(result["upper"]) + shift
-    text = (f"refined by {steps} Fock builds (last residual {out.residuals[-1]:.0f} µHa); intervals keep the "
-            "unrefined model's widths (no guarantee for refined energies)")
+    cal = predictor.refined
+    text = f"refined by {steps} Fock builds (last residual {out.residuals[-1]:.0f} µHa)"
+    if alpha is None:
+        lo = hi = np.full(k, math.nan)
+        method, guarantee = "none", False
+    elif cal is not None and cal.steps == steps:
+        lo, hi = cal.intervals(eps, occ, alpha)
+        method = f"split conformal, Mondrian by orbital, refined by {steps} Fock builds"
+        guarantee = result["in_domain"] is not False
+    else:
+        shift = eps - np.asarray(result["orbital_energies"])
+        lo, hi = np.asarray(result["lower"]) + shift, np.asarray(result["upper"]) + shift
+        method, guarantee = result["intervals"] + ", widths of the unrefined model", False
+        text += ("; intervals keep the unrefined model's widths (no guarantee for refined energies: the model has "
+                 f"no refined calibrator for {steps} builds)")
     note = result.get("note") or ""
     return result | {"hamiltonian": layout.to_e3nn(out.hamiltonian, structure.numbers),
                      "orbital_energies": eps.tolist(), "lower": lo.tolist(), "upper": hi.tolist(),
-                     "intervals": result["intervals"] + ", widths of the unrefined model",
-                     "interval_guarantee": False, "note": f"{note}; {text}" if note else text,
-                     "refine_steps": steps, "refine_residuals_microhartree": out.residuals} | _gap_fields(
-        eps, lo, hi, result["n_occupied"])
+                     "intervals": method, "interval_guarantee": guarantee,
+                     "note": f"{note}; {text}" if note else text,
+                     "refine_steps": steps, "refine_residuals_microhartree": out.residuals} | _gap_fields(eps, lo, hi, occ)
 
 
 def _ev(values) -> list[float]:
@@ -346,6 +356,8 @@ def predict_files(paths, predictor: HamiltonianPredictor, output: str | Path, al
     if refine and residual:
         raise ValueError("--refine and --residual: the refinement reports its own residuals "
                          "(refine_residuals_microhartree); drop --residual")
+    if refine and shift_aware:
+        raise ValueError("--refine and --shift-aware: shift-aware intervals are for unrefined predictions; drop one")
     cache = (CACHE_MB if cache_mb is None else cache_mb) if refine else 0.0
     output, paths = Path(output), list(paths)
     size, pairs = (len(paths), math.inf) if shift_aware else (batch_size, max_pairs)
@@ -395,7 +407,7 @@ def _predict_chunk(pending, paths, predictor, output: Path, alpha, beta, shift_a
         if refine:
             bar.set_postfix_str(f"{Path(paths[k]).name}: refine ({refine} Fock builds)")
             with _timed(timings, "refine"):
-                result = refine_result(structure, result, s_pyscf, solver, predictor.layout, refine)
+                result = refine_result(structure, result, s_pyscf, solver, predictor, refine, alpha)
         if residual:
             bar.set_postfix_str(f"{Path(paths[k]).name}: SCF residual")
             with _timed(timings, "residual"):

@@ -73,8 +73,41 @@ def test_refined_prediction_is_near_the_scf_and_says_so(tmp_path, capsys):
     assert np.abs(h - np.load(ref)).mean() * 1e6 == pytest.approx(rows[8]["h_mae_microhartree"], rel=1e-9)
 
 
+def test_a_refined_calibrator_gives_the_intervals_of_its_steps(tmp_path, capsys):
+    """With ``refine_calibrator.json`` fitted for K builds, ``--refine K`` takes its per-orbital widths."""
+    pytest.importorskip("pyscf")
+    import shutil
+
+    import torch
+
+    from sciml.core.io.artifact import add_extra_files
+    from sciml.hamiltonian.refine_calibration import REFINE_FILE, RefinedCalibration
+    from sciml.uq.mondrian import MondrianConformal
+
+    model = tmp_path / "model"
+    shutil.copytree(ORGANIC, model)
+    groups = torch.arange(-5, 3).repeat(9)  # water: 5 occupied, 3 virtual orbitals; 9 scores per group
+    scores = (1e-3 * (groups + 6).double()) * torch.linspace(0.1, 1.0, 9).repeat_interleave(8)
+    cal = MondrianConformal(score="absolute", alpha=0.1).fit(scores, groups)
+    add_extra_files(model, {REFINE_FILE: RefinedCalibration(3, cal, ["m"]).to_dict()})
+    rows = {}
+    for k in (3, 4):
+        out = tmp_path / f"k{k}"
+        assert main(["hamiltonian", "predict", str(EXAMPLE), "--model", str(model), "--output", str(out),
+                     "--no-progress", "--refine", str(k), "--alpha", "0.1"]) == 0
+        rows[k] = json.loads((out / "water" / "eigenvalues.json").read_text())
+    half = 0.5 * np.subtract(rows[3]["upper_hartree"], rows[3]["lower_hartree"])
+    # 9 scores per group at alpha 0.1: the largest, 1e-3 (g + 6) Ha
+    np.testing.assert_allclose(half, 1e-3 * (np.arange(-5, 3) + 6), rtol=0, atol=1e-13)  # rounding at |ε| ~ 19 Ha
+    assert rows[3]["interval_guarantee"] is (rows[3]["in_domain"] is not False)
+    assert "refined by 3 Fock builds" in rows[3]["intervals"]
+    assert rows[4]["interval_guarantee"] is False and "no refined calibrator for 4 builds" in rows[4]["note"]
+    capsys.readouterr()
+
+
 @pytest.mark.parametrize(("extra", "message"), [(["--refine", "-1"], "--refine must be >= 0"),
-                                                (["--refine", "2", "--residual"], "drop --residual")])
+                                                (["--refine", "2", "--residual"], "drop --residual"),
+                                                (["--refine", "2", "--shift-aware"], "drop one")])
 def test_bad_refine_arguments_are_one_line_errors(tmp_path, capsys, extra, message):
     assert main(["hamiltonian", "predict", str(EXAMPLE), "--model", str(ORGANIC), "--output", str(tmp_path / "o"),
                  "--no-progress", *extra]) == 2

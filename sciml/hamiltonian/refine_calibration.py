@@ -1,0 +1,134 @@
+"""Conformal intervals for refined predictions (``predict --refine K``), fitted on calibration molecules.
+
+The artifact's own calibrator describes the network's errors (hundreds of meV on new molecules); after ``K``
+self-consistent Fock builds (:mod:`sciml.hamiltonian.refine`) the errors are tens of meV or less, so those widths
+say nothing about them. :func:`add_refine_calibration` refines the model's predictions of held-out calibration
+molecules with the same ``K`` and fits a Mondrian-by-orbital split-conformal calibrator (Vovk 2012) on the absolute
+orbital-energy errors ``|ε_K − ε_ref|`` (groups HOMO −1, LUMO 0, ...; the deepest pooled until each can give a
+finite width, :func:`sciml.hamiltonian.domain.pool_deep_groups`). It is stored as ``refine_calibrator.json`` and
+used by ``predict --refine K`` with the same ``K``; the intervals then hold for molecules drawn like the calibration
+molecules, as the unrefined ones do.
+
+Only molecules the model was not trained on may calibrate it: the files' molecules must be among the artifact's
+calibration molecules (``residual.json`` lists them).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+REFINE_FILE = "refine_calibrator.json"
+
+
+@dataclass
+class RefinedCalibration:
+    """A per-orbital calibrator of predictions refined by ``steps`` Fock builds.
+
+    Attributes
+    ----------
+    steps : the ``K`` of ``predict --refine K`` it was fitted for.
+    calibrator : :class:`sciml.uq.mondrian.MondrianConformal` on the absolute score (Hartree).
+    molecules : the calibration molecules.
+
+    """
+
+    steps: int
+    calibrator: torch.nn.Module
+    molecules: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"steps": self.steps, "calibrator": self.calibrator.to_dict(), "molecules": self.molecules}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RefinedCalibration:
+        from sciml.uq.split import calibrator_from_dict
+
+        steps = int(data["steps"])
+        if steps < 1:
+            raise ValueError(f"steps must be >= 1, got {steps}")
+        return cls(steps, calibrator_from_dict(data["calibrator"]), [str(m) for m in data.get("molecules", [])])
+
+    def intervals(self, eps: np.ndarray, n_occupied: int, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+        """Lower and upper ends (Hartree, ``(k,)``) around refined orbital energies ``eps`` of one molecule."""
+        from sciml.hamiltonian.domain import orbital_groups
+
+        cal = self.calibrator
+        groups = orbital_groups(torch.tensor([len(eps)]), torch.tensor([n_occupied]), cal.group_ids)
+        half = cal.threshold_or_inf(groups, alpha).double().numpy()
+        return eps - half, eps + half
+
+
+def refined_errors(structures, predictor, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Absolute orbital-energy errors (Hartree) of the refined predictions of ``structures`` and their groups.
+
+    Each structure needs its reference ``H`` and ``S`` (a data set file); H0 is rebuilt by a caching solver made the
+    model's way, the network predicts, :func:`sciml.hamiltonian.predict.refine_result` refines.
+    """
+    from scipy.linalg import eigh
+
+    from sciml.hamiltonian.domain import orbital_groups
+    from sciml.hamiltonian.predict import predict_structures, refine_result, zeroth_step
+    from sciml.hamiltonian.refine import CACHE_MB
+
+    layout, scores, groups = predictor.layout, [], []
+    for s in structures:
+        mats = zeroth_step(s.numbers, s.positions, predictor.basis, predictor.xc, layout, h0=predictor.h0,
+                           cache_mb=CACHE_MB)
+        result = predict_structures([s], predictor, alpha=None)[0]
+        refined = refine_result(s, result, mats["S"], mats["solver"], predictor, steps, alpha=None)
+        eps = np.asarray(refined["orbital_energies"])
+        ref = eigh(s.to_dense("H", layout, order="pyscf"), mats["S"], eigvals_only=True)[:len(eps)]
+        scores.append(torch.from_numpy(np.abs(eps - ref)))
+        groups.append(orbital_groups(torch.tensor([len(eps)]), torch.tensor([result["n_occupied"]])))
+    return torch.cat(scores), torch.cat(groups)
+
+
+def add_refine_calibration(path: str | Path, data: str | Path, steps: int = 5, alpha: float = 0.1) -> dict:
+    """Fit and add ``refine_calibrator.json`` to a molecule artifact (weights unchanged; module docstring).
+
+    ``data``: a folder of data set files (``sciml data hamiltonian``, one npz per molecule) of the artifact's
+    calibration molecules. Returns a summary (molecules, conformers, median width in meV, seconds).
+    """
+    from sciml.core.io.artifact import add_extra_files
+    from sciml.hamiltonian.artifact import load_model
+    from sciml.hamiltonian.data.npz import read_npz
+    from sciml.hamiltonian.domain import pool_deep_groups
+    from sciml.hamiltonian.units import HARTREE_EV
+    from sciml.uq.mondrian import MondrianConformal
+
+    start = time.perf_counter()
+    predictor = load_model(path)
+    if predictor.periodic or predictor.residual is None or not predictor.residual.molecules:
+        raise ValueError(f"{path}: needs a molecule model whose residual.json names its calibration molecules "
+                         "(sciml.hamiltonian.export.add_residual_bound)")
+    files = sorted(Path(data).glob("*.npz"))
+    if not files:
+        raise ValueError(f"{data}: no .npz files; make the calibration molecules with `sciml data hamiltonian`")
+    outside = [f.stem for f in files if f.stem not in predictor.residual.molecules]
+    if outside:
+        raise ValueError(f"{data}: {', '.join(outside)} are not calibration molecules of {path} (those are "
+                         f"{', '.join(predictor.residual.molecules)}); calibrate on them only")
+    structures = [s for f in files for s in read_npz(f)[0]]
+    scores, groups = refined_errors(structures, predictor, steps)
+    groups = pool_deep_groups(groups, math.ceil(1 / alpha - 1e-9) - 1)
+    cal = MondrianConformal(score="absolute", alpha=alpha).fit(scores, groups)
+    fitted = RefinedCalibration(steps, cal, [f.stem for f in files])
+    width = cal.threshold_or_inf(groups, alpha).double()
+    summary = {"steps": steps, "alpha": alpha, "n_molecules": len(files), "n_structures": len(structures),
+               "median_half_width_mev": float(width.median()) * HARTREE_EV * 1e3,
+               "seconds": round(time.perf_counter() - start, 1)}
+    card = (Path(path) / "README.md").read_text() + (
+        f"\n## Intervals of refined predictions\n- `sciml hamiltonian predict --refine {steps}` refines each "
+        f"prediction by {steps} self-consistent Fock builds; its orbital-energy intervals come from "
+        f"`{REFINE_FILE}`, Mondrian by orbital on |ε − ε_ref| of {len(structures)} refined conformers of "
+        f"{len(files)} calibration molecules (median half-width {summary['median_half_width_mev']:.1f} meV at "
+        f"α = {alpha}), fitted by `sciml.hamiltonian.refine_calibration.add_refine_calibration`. Other K: the "
+        "unrefined widths, marked without guarantee.\n")
+    add_extra_files(path, {REFINE_FILE: fitted.to_dict()}, metadata={"refine_calibration": summary}, card=card)
+    return summary
