@@ -7,9 +7,10 @@ on the same conformers:
 - ``h0``: the zeroth-step Hamiltonian itself (no model);
 - ``ridge``: the closed-form tensor-product ridge alone (the model with its network read-outs zeroed);
 - ``network``: the shipped model (ridge + equivariant network), with its 90% orbital-energy intervals.
-- ``refine`` (with ``--refine K``): the shipped model's prediction and H0 itself, each refined by 0…K
-  self-consistent Fock builds (:mod:`sciml.hamiltonian.refine`, what ``predict --refine`` does), H MAE and
-  occupied MAE after every build: how much of the way to the SCF the network's start saves;
+- ``refine`` (with ``--refine K``): the shipped model's prediction, the ridge's and H0 itself, each refined by
+  0…K self-consistent Fock builds (:mod:`sciml.hamiltonian.refine`, what ``predict --refine`` does), H MAE and
+  occupied MAE after every build: how much of the way to the SCF the network's start saves; with a refined
+  calibrator in the artifact, ``predict_refine``: what ``predict --refine K`` writes for its K (intervals included);
 - ``residual`` (shipped model): the SCF residual r(H) of each prediction and its conformal H MAE bound q·r(H)
   (:mod:`sciml.hamiltonian.residual`; the bound needs ``residual.json`` in the artifact), its coverage on the
   held-out conformers, and the rank correlation of r(H) with the H MAE.
@@ -92,27 +93,29 @@ def residual_rows(structures, results, predictor, alpha: float) -> list[dict]:
     return rows
 
 
-def refine_curves(structures, results, predictor, steps: int) -> dict:
-    """Refinement curves of the shipped model's prediction and of H0.
+def refine_curves(structures, starts: dict, predictor, steps: int, alpha: float) -> dict:
+    """Refinement curves of the predictions in ``starts`` (``{name: results}``) and of H0 itself.
 
-    Per start (``network``, ``h0``): H MAE (µHa) and occupied MAE (meV) after 0…``steps`` Fock builds, means over
-    the conformers, and the median seconds per build.
+    Per start: H MAE (µHa) and occupied MAE (meV) after 0…``steps`` Fock builds, means over the conformers; the
+    median seconds per build. With a refined calibrator (``refine_calibrator.json``, K builds), also what
+    ``predict --refine K`` writes for the first start: coverage of its intervals, H MAE, occupied MAE, gap error.
     """
     from scipy.linalg import eigh
 
-    from sciml.hamiltonian.predict import zeroth_step
+    from sciml.hamiltonian.predict import refine_result, zeroth_step
     from sciml.hamiltonian.refine import CACHE_MB, fock_of, refine
 
-    layout, curves, seconds = predictor.layout, {"network": [], "h0": []}, []
-    for s, r in zip(structures, results, strict=True):
+    layout, seconds = predictor.layout, []
+    curves, shipped = {name: [] for name in [*starts, "h0"]}, []
+    for i, s in enumerate(structures):
         mats = zeroth_step(s.numbers, s.positions, predictor.basis, predictor.xc, layout, h0=predictor.h0,
                            cache_mb=CACHE_MB)
         overlap, occ = mats["S"], mats["n_occupied"]
         fock = fock_of(mats["solver"])
         href = layout.to_pyscf(s.to_dense("H", layout), s.numbers)
-        eref = eigh(href, overlap, eigvals_only=True)[:occ]
-        starts = {"network": layout.to_pyscf(r["hamiltonian"], s.numbers), "h0": mats["H0"]}
-        for name, h in starts.items():
+        eref = eigh(href, overlap, eigvals_only=True)
+        begin = {name: layout.to_pyscf(res[i]["hamiltonian"], s.numbers) for name, res in starts.items()}
+        for name, h in (begin | {"h0": mats["H0"]}).items():
             row = []
             for k in range(steps + 1):  # refine() with k builds from the same start: the curve of one run
                 start = time.perf_counter()
@@ -120,11 +123,25 @@ def refine_curves(structures, results, predictor, steps: int) -> dict:
                 seconds.append((time.perf_counter() - start) / max(k, 1))
                 eps = eigh(out.hamiltonian, overlap, eigvals_only=True)[:occ]
                 row.append([float(np.abs(out.hamiltonian - href).mean() * 1e6),
-                            float(np.abs(eps - eref).mean() * HARTREE_MEV)])
+                            float(np.abs(eps - eref[:occ]).mean() * HARTREE_MEV)])
             curves[name].append(row)
+        if predictor.refined is not None:
+            first = next(iter(starts.values()))[i]
+            res = refine_result(s, first, overlap, mats["solver"], predictor, predictor.refined.steps, alpha)
+            eps = np.asarray(res["orbital_energies"])
+            ref = eref[:len(eps)]
+            inside = (np.asarray(res["lower"]) <= ref) & (ref <= np.asarray(res["upper"]))
+            shipped.append(errors(layout.to_pyscf(res["hamiltonian"], s.numbers), eps, {"H": href, "eps": ref}, occ)
+                           | {"coverage": float(inside.mean()), "interval_guarantee": res["interval_guarantee"],
+                              "half_width_mev": float(np.mean(np.subtract(res["upper"], res["lower"]))) / 2
+                              * HARTREE_MEV})
     mean = {name: np.mean(rows, axis=0) for name, rows in curves.items()}
-    return {name: {"h_mae_microhartree": m[:, 0].tolist(), "occ_mae_mev": m[:, 1].tolist()}
-            for name, m in mean.items()} | {"seconds_per_build": float(np.median(seconds))}
+    out = {name: {"h_mae_microhartree": m[:, 0].tolist(), "occ_mae_mev": m[:, 1].tolist()}
+           for name, m in mean.items()} | {"seconds_per_build": float(np.median(seconds))}
+    if shipped:
+        out["predict_refine"] = {"steps": predictor.refined.steps} | {
+            key: float(np.mean([r[key] for r in shipped])) for key in shipped[0]}
+    return out
 
 
 def score_molecule(path: Path, predictors: list, alpha: float, refine_steps: int = 0) -> dict:
@@ -152,7 +169,7 @@ def score_molecule(path: Path, predictors: list, alpha: float, refine_steps: int
                 rows["h0"].append(errors(ref["H0"], ref["eps_h0"], ref, occ))
         if k == 0:
             scf = residual_rows(structures, res, pred, alpha)
-            curves = refine_curves(structures, res, pred, refine_steps) if refine_steps else None
+            shipped_res = res
     for s, r in zip(structures, ridge_res, strict=True):
         eps = np.asarray(r["orbital_energies"])
         rows["ridge"].append(errors(r["hamiltonian"], eps, reference(s, layout, len(eps)), r["n_occupied"]))
@@ -168,8 +185,9 @@ def score_molecule(path: Path, predictors: list, alpha: float, refine_steps: int
                        "bound_coverage": float(np.mean([r["h_mae"] <= r["bound"] for r in bounded])) if bounded
                        else None, "mean_bound_microhartree": float(np.mean([r["bound"] for r in bounded]))
                        if bounded else None}
-    if curves is not None:
-        out["refine"] = curves
+    if refine_steps:
+        out["refine"] = refine_curves(structures, {"network": shipped_res, "ridge": ridge_res}, predictors[0],
+                                      refine_steps, alpha)
     return out
 
 
@@ -195,12 +213,21 @@ def refine_summary(per_molecule: dict) -> dict | None:
     if not all("refine" in v for v in per_molecule.values()):
         return None
     out = {}
-    for start in ("network", "h0"):
+    for start in ("network", "ridge", "h0"):
         h = np.mean([v["refine"][start]["h_mae_microhartree"] for v in per_molecule.values()], axis=0)
         occ = np.mean([v["refine"][start]["occ_mae_mev"] for v in per_molecule.values()], axis=0)
         meets = [k for k in range(len(h)) if h[k] <= 150 and occ[k] <= 20]
         out[start] = {"h_mae_microhartree": h.tolist(), "occ_mae_mev": occ.tolist(),
                       "fewest_builds_meeting_150_microhartree_and_20_mev": meets[0] if meets else None}
+    rows = [v["refine"]["predict_refine"] for v in per_molecule.values() if "predict_refine" in v["refine"]]
+    if rows:
+        out["predict_refine"] = {key: float(np.mean([r[key] for r in rows])) for key in rows[0]}
+        out["predict_refine"]["done_when"] = {
+            "mean_h_mae_le_150_microhartree": out["predict_refine"]["h_mae_microhartree"] <= 150,
+            "occupied_mae_le_20_mev": out["predict_refine"]["occ_mae_mev"] <= 20,
+            "coverage_in_0.85_0.95": 0.85 <= out["predict_refine"]["coverage"] <= 0.95,
+            "network_beats_ridge_at_that_k": bool(out["network"]["h_mae_microhartree"][rows[0]["steps"]]
+                                                  < out["ridge"]["h_mae_microhartree"][rows[0]["steps"]])}
     return out
 
 

@@ -247,7 +247,8 @@ def refine_result(structure: HamiltonianStructure, result: dict, s_pyscf: np.nda
                      "orbital_energies": eps.tolist(), "lower": lo.tolist(), "upper": hi.tolist(),
                      "intervals": method, "interval_guarantee": guarantee,
                      "note": f"{note}; {text}" if note else text,
-                     "refine_steps": steps, "refine_residuals_microhartree": out.residuals} | _gap_fields(eps, lo, hi, occ)
+                     "refine_steps": steps, "refine_residuals_microhartree": out.residuals} | _gap_fields(
+        eps, lo, hi, occ)
 
 
 def _ev(values) -> list[float]:
