@@ -212,7 +212,8 @@ def table(rows: list[dict], label: str) -> str:
     """Markdown table of one model's rows (seconds per molecule unless said)."""
     lines = ["| molecule | atoms | AOs | n (SCF) | SCF s/mol | predict cmd s (all n) | start-up+imports s | load s | "
              "H0+S s/mol | network s/mol | refine s/mol | read+write s/mol | predict s/mol (cmd/n) | "
-             "SCF / predict | SCF / predict, CPU | SCF / predict, marginal | n for 10x | SCF / (H0+S) bound |", "|" + "---|" * 18]
+             "SCF / predict | SCF / predict, CPU | SCF / predict, marginal | n for 10x | SCF / (H0+S) bound |",
+             "|" + "---|" * 18]
     for r in rows:
         if f"predict_{label}" not in r:
             continue
@@ -222,7 +223,8 @@ def table(rows: list[dict], label: str) -> str:
             f"| {r['molecule']} ({r['formula']})", str(r["n_atoms"]), str(r["n_ao"]), f"{n} ({r['n_scf']})",
             f"{np.mean(r['scf_seconds']):.2f}", f"{c['wall_seconds']:.2f}", f"{c['startup_imports_seconds']:.2f}",
             f"{s['load']:.2f}", f"{s['h0_overlap'] / n:.3f}", f"{s['network'] / n:.3f}",
-            f"{s.get('refine', 0.0) / n:.3f}", f"{(s['read'] + s['write']) / n:.3f}", f"{q['predict_seconds_per_molecule']:.2f}",
+            f"{s.get('refine', 0.0) / n:.3f}", f"{(s['read'] + s['write']) / n:.3f}",
+            f"{q['predict_seconds_per_molecule']:.2f}",
             f"{q['scf_over_predict']:.1f}x", f"{q['scf_over_predict_cpu']:.1f}x",
             f"{q['scf_over_predict_marginal']:.1f}x",
             str(q["break_even_n_10x"] or "never"), f"{q['scf_over_h0_bound']:.1f}x |"]))
