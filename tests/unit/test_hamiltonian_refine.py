@@ -85,3 +85,33 @@ def test_refine_refuses_bad_settings(steps, beta, depth, match):
     eye = np.eye(2)
     with pytest.raises(ValueError, match=match):
         refine(eye, lambda d: eye, eye, 1, steps, beta, depth)
+
+
+def test_refined_calibration_refuses_molecules_outside_the_calibration_split(tmp_path):
+    from pathlib import Path
+
+    from sciml.hamiltonian.refine_calibration import add_refine_calibration
+
+    organic = Path(__file__).resolve().parents[2] / "checkpoints" / "organic-pbe-def2svp"
+    if not organic.is_dir():
+        pytest.skip("no shipped organic checkpoint")
+    (tmp_path / "uracil.npz").write_bytes(b"")  # a held-out molecule: never calibrates
+    with pytest.raises(ValueError, match="uracil are not calibration molecules"):
+        add_refine_calibration(organic, tmp_path)
+    with pytest.raises(ValueError, match="no .npz files"):
+        add_refine_calibration(organic, tmp_path / "empty")
+
+
+def test_refined_calibration_round_trip_and_bad_steps():
+    import torch
+
+    from sciml.hamiltonian.refine_calibration import RefinedCalibration
+    from sciml.uq.mondrian import MondrianConformal
+
+    groups = torch.arange(-2, 1).repeat(9)
+    cal = MondrianConformal(score="absolute", alpha=0.1).fit(torch.linspace(0.01, 0.1, 27).double(), groups)
+    again = RefinedCalibration.from_dict(RefinedCalibration(5, cal, ["a"]).to_dict())
+    lo, hi = again.intervals(np.array([-1.0, -0.5, 0.1]), 2, 0.1)
+    np.testing.assert_allclose(hi - lo, 2 * cal.threshold(torch.tensor([-2, -1, 0]), 0.1).numpy(), rtol=1e-12)
+    with pytest.raises(ValueError, match="steps"):
+        RefinedCalibration.from_dict(RefinedCalibration(0, cal).to_dict())
