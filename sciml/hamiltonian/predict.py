@@ -223,6 +223,8 @@ def refine_result(structure: HamiltonianStructure, result: dict, s_pyscf: np.nda
 
     from sciml.hamiltonian.refine import fock_of, refine
 
+    if steps < 1:
+        raise ValueError(f"refine_result needs at least one Fock build, got {steps}")
     layout, occ = predictor.layout, result["n_occupied"]
     out = refine(layout.to_pyscf(result["hamiltonian"], structure.numbers), fock_of(solver), s_pyscf, occ, steps)
     k = len(result["orbital_energies"])
