@@ -110,4 +110,4 @@ def test_residual_with_a_crystal_model_is_a_one_line_error(tmp_path, capsys):
     assert main(["hamiltonian", "predict", str(cif), "--model", str(crystal), "--output", str(tmp_path / "o"),
                  "--residual"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error:") and "--residual apply to molecule models" in err and len(err.splitlines()) == 1
+    assert err.startswith("error:") and "--residual and --refine apply to molecule models" in err and len(err.splitlines()) == 1
