@@ -102,12 +102,14 @@ def test_residual_option_writes_the_residual_and_the_bound(tmp_path, capsys):
     np.testing.assert_allclose(bound["orbital_energies_hartree"], PINNED, rtol=0, atol=1e-9)  # prediction unchanged
 
 
-def test_residual_with_a_crystal_model_is_a_one_line_error(tmp_path, capsys):
+@pytest.mark.parametrize("option", [["--residual"], ["--refine", "3"]])
+def test_residual_or_refine_with_a_crystal_model_is_a_one_line_error(tmp_path, capsys, option):
     crystal = ROOT / "checkpoints" / "si-c-pbe-gth"
     if not crystal.is_dir():
         pytest.skip("no shipped crystal checkpoint")
     cif = ROOT / "examples" / "hamiltonian" / "Si.cif"
     assert main(["hamiltonian", "predict", str(cif), "--model", str(crystal), "--output", str(tmp_path / "o"),
-                 "--residual"]) == 2
+                 *option]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error:") and "--residual and --refine apply to molecule models" in err and len(err.splitlines()) == 1
+    assert err.startswith("error:") and "--residual and --refine apply to molecule models" in err
+    assert len(err.splitlines()) == 1

@@ -114,13 +114,3 @@ def test_bad_refine_arguments_are_one_line_errors(tmp_path, capsys, extra, messa
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and message in err and len(err.splitlines()) == 1
 
-
-def test_refine_with_a_crystal_model_is_a_one_line_error(tmp_path, capsys):
-    crystal = ROOT / "checkpoints" / "si-c-pbe-gth"
-    if not crystal.is_dir():
-        pytest.skip("no shipped crystal checkpoint")
-    cif = ROOT / "examples" / "hamiltonian" / "Si.cif"
-    assert main(["hamiltonian", "predict", str(cif), "--model", str(crystal), "--output", str(tmp_path / "o"),
-                 "--refine", "3"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("error:") and "--residual and --refine apply to molecule models" in err and len(err.splitlines()) == 1
