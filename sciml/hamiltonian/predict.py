@@ -86,7 +86,12 @@ def zeroth_step(numbers, positions, basis: str, xc: str, layout: OrbitalLayout, 
                              f"trained with {layout.shells_of(z)}; use the training basis")
     solver = fock_solver(mol, xc, grid_level, h0, cache_mb) if cache_mb > 0 else None
     out = zeroth_step_matrices(mol, xc, grid_level, h0, solver) | {"n_occupied": mol.nelectron // 2}
-    return out | ({"solver": solver} if solver is not None else {})
+    if solver is None:
+        return out
+    from sciml.hamiltonian.data.numint_cache import release
+
+    release(solver)  # its grid values go back to the pool until the refinement: one arena for every molecule
+    return out | {"solver": solver}
 
 
 def structure_from_matrices(numbers, positions, mats: dict, layout: OrbitalLayout, n_occupied: int,
@@ -225,8 +230,11 @@ def refine_result(structure: HamiltonianStructure, result: dict, s_pyscf: np.nda
 
     if steps < 1:
         raise ValueError(f"refine_result needs at least one Fock build, got {steps}")
+    from sciml.hamiltonian.data.numint_cache import release
+
     layout, occ = predictor.layout, result["n_occupied"]
     out = refine(layout.to_pyscf(result["hamiltonian"], structure.numbers), fock_of(solver), s_pyscf, occ, steps)
+    release(solver)
     k = len(result["orbital_energies"])
     eps = eigh(out.hamiltonian, s_pyscf, eigvals_only=True)[:k]
     cal = predictor.refined
