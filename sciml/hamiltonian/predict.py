@@ -346,9 +346,10 @@ def predict_files(paths, predictor: HamiltonianPredictor, output: str | Path, al
     counts molecules and names the stage (pyscf H0/S, network, write).
 
     ``refine`` > 0: each prediction is refined by that many self-consistent Fock builds (:func:`refine_result`),
-    made by the Fock solver that built its H0, which keeps its caches (at most ``cache_mb`` MB each, default
-    :data:`sciml.hamiltonian.refine.CACHE_MB`) until its chunk is written; a chunk also closes before the solvers it
-    holds exceed that many MB in all.
+    made by the Fock solver that built its H0. The solver keeps its density-fitting factors until its chunk is
+    written, and the AO values on its grid (at most ``cache_mb`` MB, default :data:`sciml.hamiltonian.refine.CACHE_MB`)
+    during its own builds only (:mod:`sciml.hamiltonian.data.numint_cache`); a chunk also closes before the solvers it
+    holds exceed ``cache_mb`` in all.
 
     ``timings``: a dict to which the wall seconds of each stage are added: ``read`` (``.xyz`` and reference
     files), ``h0_overlap`` (pyscf S and H0), ``network`` (:func:`predict_structures`: graphs, model, orbital

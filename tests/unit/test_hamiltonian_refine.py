@@ -50,6 +50,13 @@ def test_caching_solver_builds_the_same_fock_matrices():
     for dens in (guess, other, guess):  # the second and third builds replay the cached AO values
         np.testing.assert_allclose(cached.get_fock(dm=dens), plain.get_fock(dm=dens), rtol=0, atol=1e-10)
     assert cached._numint.cached_bytes > 0 and isinstance(cached.with_df._cderi, np.ndarray)
+    from sciml.hamiltonian.data import numint_cache
+
+    arena = cached._numint._arena
+    numint_cache.release(cached)  # the values are dropped, the arena goes back to the pool ...
+    assert cached._numint.cached_bytes == 0 and any(a is arena for a in numint_cache._POOL)
+    np.testing.assert_allclose(cached.get_fock(dm=other), plain.get_fock(dm=other), rtol=0, atol=1e-10)
+    assert cached._numint._arena is arena  # ... and the next pass takes it again
     tiny = _water_solver(1e-6)  # a grid that does not fit is evaluated anew each time, with the same result
     for dens in (guess, other):
         np.testing.assert_allclose(tiny.get_fock(dm=dens), plain.get_fock(dm=dens), rtol=0, atol=1e-10)
