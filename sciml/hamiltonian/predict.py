@@ -403,7 +403,7 @@ def _solver_mb(solver) -> float:
         return 0.0
     cderi = getattr(getattr(solver, "with_df", None), "_cderi", None)
     held = cderi.nbytes if isinstance(cderi, np.ndarray) else 0
-    return (held + getattr(solver._numint, "cached_bytes", 0)) / 1e6
+    return (held + getattr(getattr(solver, "_numint", None), "cached_bytes", 0)) / 1e6  # Hartree–Fock: no grid
 
 
 def _predict_chunk(pending, paths, predictor, output: Path, alpha, beta, shift_aware, min_ess, plot, bar, timings,

@@ -36,12 +36,15 @@ class Refinement:
     hamiltonian : (nao, nao) Hartree, pyscf AO order; the last mixed iterate.
     residuals : mean |F[D(H_i)] − H_i| (µHa) of each evaluated iterate ``H_0 … H_{steps−1}``.
     steps : Fock builds made.
+    history : with ``refine(..., keep_history=True)``: ``H_1 … H_steps``, the result after each build (a run of
+        ``k`` builds ends at ``history[k − 1]``).
 
     """
 
     hamiltonian: np.ndarray
     residuals: list[float] = field(default_factory=list)
     steps: int = 0
+    history: list[np.ndarray] = field(default_factory=list)
 
 
 def occupied_density(h: np.ndarray, s: np.ndarray, n_occupied: int) -> tuple[np.ndarray, np.ndarray]:
@@ -70,7 +73,7 @@ def fock_of(solver):
 
 
 def refine(h: np.ndarray, fock, s: np.ndarray, n_occupied: int, steps: int, beta: float = BETA,
-           depth: int = DEPTH) -> Refinement:
+           depth: int = DEPTH, keep_history: bool = False) -> Refinement:
     """Refine ``h`` (nao, nao, Hartree) by ``steps`` Fock builds ``fock(D)`` with Anderson mixing (module docstring).
 
     Parameters
@@ -89,13 +92,15 @@ def refine(h: np.ndarray, fock, s: np.ndarray, n_occupied: int, steps: int, beta
         Mixing fraction in (0, 1].
     depth : int
         How many iterates are combined (≥ 1).
+    keep_history : bool
+        Keep the iterate after every build (:attr:`Refinement.history`), e.g. for an error-versus-builds curve.
 
     """
     if steps < 0:
         raise ValueError(f"refinement steps must be >= 0, got {steps}")
     if not 0 < beta <= 1 or depth < 1:
         raise ValueError(f"need 0 < beta <= 1 and depth >= 1, got beta={beta}, depth={depth}")
-    iterates, residuals, means = [], [], []
+    iterates, residuals, means, history = [], [], [], []
     for _ in range(steps):
         _, dens = occupied_density(h, s, n_occupied)
         r = fock(dens) - h
@@ -104,4 +109,6 @@ def refine(h: np.ndarray, fock, s: np.ndarray, n_occupied: int, steps: int, beta
         c = anderson_weights(residuals)
         h = sum(ci * (x + beta * ri) for ci, x, ri in zip(c, iterates, residuals, strict=True))
         h = 0.5 * (h + h.T)
-    return Refinement(h, means, steps)
+        if keep_history:
+            history.append(h)
+    return Refinement(h, means, steps, history)

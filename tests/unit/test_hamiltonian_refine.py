@@ -84,6 +84,9 @@ def test_refinement_converges_to_the_scf_and_keeps_a_converged_h():
     kept = refine(scf, fock, s, 5, 3)  # at the fixed point the residual is pyscf's convergence level
     assert np.abs(kept.hamiltonian - scf).max() < 1e-6 and max(kept.residuals) < 1.0
     assert refine(h0, fock, s, 5, 0).hamiltonian is h0
+    curve = refine(h0, fock, s, 5, 4, keep_history=True).history  # a run of k builds ends where step k of it is
+    assert len(curve) == 4
+    np.testing.assert_allclose(curve[1], refine(h0, fock, s, 5, 2).hamiltonian, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize(("steps", "beta", "depth", "match"), [(-1, 0.5, 6, "steps"), (2, 0.0, 6, "beta"),
