@@ -65,7 +65,9 @@ def zeroth_step(numbers, positions, basis: str, xc: str, layout: OrbitalLayout, 
     """Pyscf ``S`` and ``H0`` (pyscf AO order, Hartree) and the number of doubly occupied orbitals.
 
     ``h0`` is how the model's training data built H0 (:mod:`sciml.hamiltonian.data.h0`: ``"full"`` or ``"fast"``).
-    ``cache_mb`` > 0: the Fock solver keeps its caches and is returned as ``"solver"`` (for the refinement).
+    ``cache_mb`` > 0: the Fock solver is returned as ``"solver"`` (for the refinement) with its density-fitting
+    factors; its AO values go back to the pool (:func:`sciml.hamiltonian.data.numint_cache.release`) until it builds
+    again.
     Raises ImportError (one line) without pyscf, ValueError when pyscf's basis differs from the model's.
     """
     from sciml.hamiltonian.data.generate import import_pyscf
