@@ -66,8 +66,7 @@ def zeroth_step(numbers, positions, basis: str, xc: str, layout: OrbitalLayout, 
 
     ``h0`` is how the model's training data built H0 (:mod:`sciml.hamiltonian.data.h0`: ``"full"`` or ``"fast"``).
     ``cache_mb`` > 0: the Fock solver is returned as ``"solver"`` (for the refinement) with its density-fitting
-    factors; its AO values go back to the pool (:func:`sciml.hamiltonian.data.numint_cache.release`) until it builds
-    again.
+    factors; it keeps AO values from its next build on (:mod:`sciml.hamiltonian.data.numint_cache`).
     Raises ImportError (one line) without pyscf, ValueError when pyscf's basis differs from the model's.
     """
     from sciml.hamiltonian.data.generate import import_pyscf
@@ -88,12 +87,7 @@ def zeroth_step(numbers, positions, basis: str, xc: str, layout: OrbitalLayout, 
                              f"trained with {layout.shells_of(z)}; use the training basis")
     solver = fock_solver(mol, xc, grid_level, h0, cache_mb) if cache_mb > 0 else None
     out = zeroth_step_matrices(mol, xc, grid_level, h0, solver) | {"n_occupied": mol.nelectron // 2}
-    if solver is None:
-        return out
-    from sciml.hamiltonian.data.numint_cache import release
-
-    release(solver)  # its grid values go back to the pool until the refinement: one arena for every molecule
-    return out | {"solver": solver}
+    return out if solver is None else out | {"solver": solver}
 
 
 def structure_from_matrices(numbers, positions, mats: dict, layout: OrbitalLayout, n_occupied: int,
@@ -228,11 +222,11 @@ def refine_result(structure: HamiltonianStructure, result: dict, s_pyscf: np.nda
     """
     from scipy.linalg import eigh
 
+    from sciml.hamiltonian.data.numint_cache import release
     from sciml.hamiltonian.refine import fock_of, refine
 
     if steps < 1:
         raise ValueError(f"refine_result needs at least one Fock build, got {steps}")
-    from sciml.hamiltonian.data.numint_cache import release
 
     layout, occ = predictor.layout, result["n_occupied"]
     out = refine(layout.to_pyscf(result["hamiltonian"], structure.numbers), fock_of(solver), s_pyscf, occ, steps)

@@ -17,7 +17,7 @@ build it, recorded with the data and the model so that prediction builds H0 the 
 
 A solver that builds many Fock matrices of one molecule (the refinement of :mod:`sciml.hamiltonian.refine`) asks
 ``fock_solver(..., cache_mb=M)``: the density-fitting factors are computed once and kept in memory, and the atomic
-orbitals' values on the XC grid are kept after the first build when they fit in ``M`` MB
+orbitals' values on the XC grid are kept from the second build on when they fit in ``M`` MB
 (:class:`sciml.hamiltonian.data.numint_cache.CachedNumInt`).
 The matrices are the same to rounding; for uracil a further build costs 0.18 s instead of 0.51 s (one thread).
 """
