@@ -103,7 +103,7 @@ def refine_curves(structures, starts: dict, predictor, steps: int, alpha: float)
     from scipy.linalg import eigh
 
     from sciml.hamiltonian.predict import refine_result, zeroth_step
-    from sciml.hamiltonian.refine import CACHE_MB, fock_of, refine
+    from sciml.hamiltonian.refine import CACHE_MB, refine
 
     layout, seconds = predictor.layout, []
     curves, shipped = {name: [] for name in [*starts, "h0"]}, []
@@ -111,7 +111,7 @@ def refine_curves(structures, starts: dict, predictor, steps: int, alpha: float)
         mats = zeroth_step(s.numbers, s.positions, predictor.basis, predictor.xc, layout, h0=predictor.h0,
                            cache_mb=CACHE_MB)
         overlap, occ = mats["S"], mats["n_occupied"]
-        fock = fock_of(mats["solver"])
+        fock = mats["solver"]
         href = layout.to_pyscf(s.to_dense("H", layout), s.numbers)
         eref = eigh(href, overlap, eigvals_only=True)
         begin = {name: layout.to_pyscf(res[i]["hamiltonian"], s.numbers) for name, res in starts.items()}

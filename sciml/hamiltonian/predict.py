@@ -65,8 +65,9 @@ def zeroth_step(numbers, positions, basis: str, xc: str, layout: OrbitalLayout, 
     """Pyscf ``S`` and ``H0`` (pyscf AO order, Hartree) and the number of doubly occupied orbitals.
 
     ``h0`` is how the model's training data built H0 (:mod:`sciml.hamiltonian.data.h0`: ``"full"`` or ``"fast"``).
-    ``cache_mb`` > 0: the Fock solver is returned as ``"solver"`` (for the refinement) with its density-fitting
-    factors; it keeps AO values from its next build on (:mod:`sciml.hamiltonian.data.numint_cache`).
+    ``cache_mb`` > 0: also ``"solver"``, the refinement's Fock builds
+    (:class:`sciml.hamiltonian.data.two_grid.TwoGridFock`: the fine solver with its density-fitting factors, H0 and
+    its density; coarse-grid AO values up to ``cache_mb`` MB once it builds).
     Raises ImportError (one line) without pyscf, ValueError when pyscf's basis differs from the model's.
     """
     from sciml.hamiltonian.data.generate import import_pyscf
@@ -85,9 +86,14 @@ def zeroth_step(numbers, positions, basis: str, xc: str, layout: OrbitalLayout, 
         if got.shells_of(z) != layout.shells_of(z):
             raise ValueError(f"{source}: basis {basis!r} gives shells {got.shells_of(z)} for Z={z}, the model was "
                              f"trained with {layout.shells_of(z)}; use the training basis")
-    solver = fock_solver(mol, xc, grid_level, h0, cache_mb) if cache_mb > 0 else None
-    out = zeroth_step_matrices(mol, xc, grid_level, h0, solver) | {"n_occupied": mol.nelectron // 2}
-    return out if solver is None else out | {"solver": solver}
+    if cache_mb <= 0:
+        return zeroth_step_matrices(mol, xc, grid_level, h0) | {"n_occupied": mol.nelectron // 2}
+    from sciml.hamiltonian.data.two_grid import TwoGridFock
+
+    solver = fock_solver(mol, xc, grid_level, h0, keep_factors=True)
+    out = zeroth_step_matrices(mol, xc, grid_level, h0, solver, with_density=True)
+    return {"H0": out["H0"], "S": out["S"], "n_occupied": mol.nelectron // 2,
+            "solver": TwoGridFock(solver, out["H0"], out.pop("D0"), cache_mb)}
 
 
 def structure_from_matrices(numbers, positions, mats: dict, layout: OrbitalLayout, n_occupied: int,
@@ -214,7 +220,8 @@ def refine_result(structure: HamiltonianStructure, result: dict, s_pyscf: np.nda
                   predictor: HamiltonianPredictor, steps: int, alpha: float | None) -> dict:
     """``result`` of :func:`predict_structures` after ``steps`` self-consistent Fock builds.
 
-    The refinement is :func:`sciml.hamiltonian.refine.refine`, made by ``solver`` (the one that built H0). H, orbital
+    The refinement is :func:`sciml.hamiltonian.refine.refine` with the Fock builds ``solver``
+    (:class:`~sciml.hamiltonian.data.two_grid.TwoGridFock` of :func:`zeroth_step`; released after). H, orbital
     energies, HOMO/LUMO/gap are the refined ones. Intervals: from the artifact's refined calibrator when it was
     fitted for these ``steps`` (:mod:`sciml.hamiltonian.refine_calibration`; a guarantee like the unrefined ones);
     otherwise each keeps its unrefined width around the refined energy, marked without guarantee. Adds
@@ -222,15 +229,14 @@ def refine_result(structure: HamiltonianStructure, result: dict, s_pyscf: np.nda
     """
     from scipy.linalg import eigh
 
-    from sciml.hamiltonian.data.numint_cache import release
-    from sciml.hamiltonian.refine import fock_of, refine
+    from sciml.hamiltonian.refine import refine
 
     if steps < 1:
         raise ValueError(f"refine_result needs at least one Fock build, got {steps}")
 
     layout, occ = predictor.layout, result["n_occupied"]
-    out = refine(layout.to_pyscf(result["hamiltonian"], structure.numbers), fock_of(solver), s_pyscf, occ, steps)
-    release(solver)
+    out = refine(layout.to_pyscf(result["hamiltonian"], structure.numbers), solver, s_pyscf, occ, steps)
+    solver.release()
     k = len(result["orbital_energies"])
     eps = eigh(out.hamiltonian, s_pyscf, eigvals_only=True)[:k]
     cal = predictor.refined
@@ -342,10 +348,11 @@ def predict_files(paths, predictor: HamiltonianPredictor, output: str | Path, al
     counts molecules and names the stage (pyscf H0/S, network, write).
 
     ``refine`` > 0: each prediction is refined by that many self-consistent Fock builds (:func:`refine_result`),
-    made by the Fock solver that built its H0. The solver keeps its density-fitting factors until its chunk is
-    written, and the AO values on its grid (at most ``cache_mb`` MB, default :data:`sciml.hamiltonian.refine.CACHE_MB`)
-    during its own builds only (:mod:`sciml.hamiltonian.data.numint_cache`); a chunk also closes before the solvers it
-    holds exceed ``cache_mb`` in all.
+    made on a coarse grid corrected to the H0 build's (:mod:`sciml.hamiltonian.data.two_grid`) by the solver that
+    built its H0. The solver keeps its density-fitting factors until its chunk is written, and the AO values on the
+    coarse grid (at most ``cache_mb`` MB, default :data:`sciml.hamiltonian.refine.CACHE_MB`) during its own builds
+    only (:mod:`sciml.hamiltonian.data.numint_cache`); a chunk also closes before the solvers it holds exceed
+    ``cache_mb`` in all.
 
     ``timings``: a dict to which the wall seconds of each stage are added: ``read`` (``.xyz`` and reference
     files), ``h0_overlap`` (pyscf S and H0), ``network`` (:func:`predict_structures`: graphs, model, orbital
@@ -394,12 +401,8 @@ def predict_files(paths, predictor: HamiltonianPredictor, output: str | Path, al
 
 
 def _solver_mb(solver) -> float:
-    """MB a caching Fock solver holds: density-fitting factors and AO values (0 for None)."""
-    if solver is None:
-        return 0.0
-    cderi = getattr(getattr(solver, "with_df", None), "_cderi", None)
-    held = cderi.nbytes if isinstance(cderi, np.ndarray) else 0
-    return (held + getattr(getattr(solver, "_numint", None), "cached_bytes", 0)) / 1e6  # Hartree–Fock: no grid
+    """MB the refinement's Fock builds hold (:attr:`TwoGridFock.nbytes`; 0 for None)."""
+    return 0.0 if solver is None else solver.nbytes / 1e6
 
 
 def _predict_chunk(pending, paths, predictor, output: Path, alpha, beta, shift_aware, min_ess, plot, bar, timings,
@@ -435,8 +438,8 @@ def _prepare(path, predictor: HamiltonianPredictor, reference_path, bar, timings
              cache_mb: float = 0.0):
     """Read one ``.xyz``, build its S and H0 with pyscf.
 
-    Returns ``(structure, S (pyscf order), reference H or None, Fock solver or None)``; the solver (with its caches,
-    ``cache_mb`` > 0) is kept for the refinement.
+    Returns ``(structure, S (pyscf order), reference H or None, Fock builds or None)``; the builds
+    (:class:`~sciml.hamiltonian.data.two_grid.TwoGridFock`, ``cache_mb`` > 0) are kept for the refinement.
     """
     bar.set_postfix_str(f"{Path(path).name}: pyscf H0, S")
     with _timed(timings, "read"):

@@ -7,12 +7,13 @@ SIAM J. Numer. Anal. 49, 1715): with residuals ``r_i = g(H_i) − H_i`` of the l
 
     c = argmin_{Σc = 1} ‖Σ_i c_i r_i‖₂,    H_{k+1} = Σ_i c_i (H_i + β r_i),
 
-(the first step is ``H_1 = H_0 + β r_0``). Each step costs one Fock build made the model's H0 way
-(:func:`sciml.hamiltonian.data.h0.fock_solver` with its caches), so the refined H converges to the SCF solution of
-that build, which differs from the reference SCF by the H0 method's error (``"fast"``: a mean 3–16 µHa on the
-held-out molecules, ``docs/hamiltonian.md``). On those molecules 5 steps from the organic model's prediction
-bring the H MAE from 2,637 to 24 µHa; 5 steps from H0 itself reach 33 µHa and from the ridge alone 22 µHa, so the
-accuracy comes from the builds, not from the network.
+(the first step is ``H_1 = H_0 + β r_0``). Each step costs one Fock build made the model's H0 way, its XC on a
+coarse grid corrected to the H0 build's (:class:`sciml.hamiltonian.data.two_grid.TwoGridFock`), so the refined H
+converges to the SCF solution of that build, which differs from the reference SCF by the H0 method's error
+(``"fast"``: a mean 3–16 µHa on the held-out molecules, ``docs/hamiltonian.md``) and the change of the grid
+correction between the SAD and the SCF density (a few µHa). On those molecules 5 steps from the organic model's
+prediction bring the H MAE from 2,637 to 24 µHa; 5 steps from H0 itself reach 33 µHa and from the ridge alone
+22 µHa, so the accuracy comes from the builds, not from the network.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-#: AO values and density-fitting factors a refining solver may keep (MB); see ``fock_solver(cache_mb=...)``
+#: AO values and density-fitting factors the refinement's builds may keep (MB); see ``TwoGridFock(cache_mb=...)``
 CACHE_MB = 1024.0
 #: default mixing: β (fraction of the residual taken) and the number of iterates Anderson combines
 BETA, DEPTH = 0.5, 6
@@ -67,11 +68,6 @@ def anderson_weights(residuals: list[np.ndarray]) -> np.ndarray:
     return np.linalg.lstsq(system, rhs, rcond=None)[0][:n]
 
 
-def fock_of(solver):
-    """``D -> F[D]`` (nao, nao) of a pyscf mean-field object (e.g. a caching ``fock_solver``)."""
-    return lambda dens: solver.get_fock(dm=dens)
-
-
 def refine(h: np.ndarray, fock, s: np.ndarray, n_occupied: int, steps: int, beta: float = BETA,
            depth: int = DEPTH, keep_history: bool = False) -> Refinement:
     """Refine ``h`` (nao, nao, Hartree) by ``steps`` Fock builds ``fock(D)`` with Anderson mixing (module docstring).
@@ -81,7 +77,7 @@ def refine(h: np.ndarray, fock, s: np.ndarray, n_occupied: int, steps: int, beta
     h : np.ndarray
         Starting Hamiltonian (nao, nao; pyscf AO order), e.g. a model's prediction.
     fock : callable
-        ``D -> F[D]`` (nao, nao), e.g. :func:`fock_of` a caching ``fock_solver``.
+        ``D -> F[D]`` (nao, nao), e.g. :class:`~sciml.hamiltonian.data.two_grid.TwoGridFock`.
     s : np.ndarray
         Overlap (nao, nao).
     n_occupied : int

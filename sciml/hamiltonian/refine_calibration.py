@@ -67,8 +67,8 @@ class RefinedCalibration:
 def refined_errors(structures, predictor, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Absolute orbital-energy errors (Hartree) of the refined predictions of ``structures`` and their groups.
 
-    Each structure needs its reference ``H`` and ``S`` (a data set file); H0 is rebuilt by a caching solver made the
-    model's way, the network predicts, :func:`sciml.hamiltonian.predict.refine_result` refines.
+    Each structure needs its reference ``H`` and ``S`` (a data set file); H0 is rebuilt the model's way with the
+    refinement's Fock builds, the network predicts, :func:`sciml.hamiltonian.predict.refine_result` refines.
     """
     from scipy.linalg import eigh
 

@@ -1,8 +1,9 @@
-"""Self-consistent refinement of a predicted H (sciml.hamiltonian.refine) and the caching Fock solver.
+"""Self-consistent refinement of a predicted H (sciml.hamiltonian.refine) and its Fock builds.
 
 Checked against pyscf's own fixed point on water (PBE/def2-SVP, the ``"fast"`` builder, ~3 s): a converged SCF
-is left where it is, a start as far off as the SAD guess (H0) converges to it, and the caching solver builds the
-same Fock matrices as the plain one. Anderson's weights are checked against their closed form.
+is left where it is, a start as far off as the SAD guess (H0) converges to it, cached AO values give the same Fock
+matrices, and the two-grid builds (sciml.hamiltonian.data.two_grid) meet their defining identities and land near
+the fine fixed point. Anderson's weights are checked against their closed form.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def test_anderson_weights_sum_to_one_and_minimise_the_mixed_residual():
     assert anderson_weights([a]) == pytest.approx([1.0])
 
 
-def _water_solver(cache_mb: float):
+def _water_solver(keep_factors: bool = False):
     from pyscf import gto
 
     from sciml.hamiltonian.data.h0 import fock_solver
@@ -39,33 +40,62 @@ def _water_solver(cache_mb: float):
     numbers, pos = WATER
     mol = gto.M(atom=[(int(z), tuple(p)) for z, p in zip(numbers, pos, strict=True)], basis="def2-svp",
                 unit="Angstrom", verbose=0)
-    return fock_solver(mol, "pbe", method="fast", cache_mb=cache_mb)
+    return fock_solver(mol, "pbe", method="fast", keep_factors=keep_factors)
 
 
-def test_caching_solver_builds_the_same_fock_matrices():
+def test_cached_ao_values_give_the_same_fock_matrices():
     pytest.importorskip("pyscf")
-    plain, cached = _water_solver(0.0), _water_solver(64.0)
+    from sciml.hamiltonian.data import numint_cache
+
+    plain, cached = _water_solver(), _water_solver(keep_factors=True)
+    cached._numint = numint_cache.CachedNumInt(64.0)
     guess = plain.get_init_guess(key="minao")
     _, other = occupied_density(plain.get_fock(dm=guess), plain.get_ovlp(), 5)
     for dens in (guess, other, guess):  # the second and third builds replay the cached AO values
         np.testing.assert_allclose(cached.get_fock(dm=dens), plain.get_fock(dm=dens), rtol=0, atol=1e-10)
     assert cached._numint.cached_bytes > 0 and isinstance(cached.with_df._cderi, np.ndarray)
-    from sciml.hamiltonian.data import numint_cache
-
     arena = cached._numint._arena
     numint_cache.release(cached)  # the values are dropped, the arena goes back to the pool ...
     assert cached._numint.cached_bytes == 0 and any(a is arena for a in numint_cache._POOL)
     np.testing.assert_allclose(cached.get_fock(dm=other), plain.get_fock(dm=other), rtol=0, atol=1e-10)
     assert cached._numint._arena is arena  # ... and the next pass takes it again
-    tiny = _water_solver(1e-6)  # a grid that does not fit is evaluated anew each time, with the same result
+    tiny = _water_solver()
+    tiny._numint = numint_cache.CachedNumInt(1e-6)  # a grid that does not fit is evaluated anew, same result
     for dens in (guess, other):
         np.testing.assert_allclose(tiny.get_fock(dm=dens), plain.get_fock(dm=dens), rtol=0, atol=1e-10)
     assert tiny._numint.cached_bytes == 0
 
 
+def test_two_grid_builds_equal_h0_at_its_density_and_differ_by_the_grid_correction():
+    """F̃[D] − F_f[D] = δ(D_0) − δ(D) with δ = F_f − F_c: exact at D_0, and the same identity elsewhere."""
+    pytest.importorskip("pyscf")
+    from sciml.hamiltonian.data.two_grid import TwoGridFock
+
+    fine = _water_solver(keep_factors=True)
+    d0 = fine.get_init_guess(key="minao")
+    h0 = fine.get_fock(dm=d0)
+    builds = TwoGridFock(fine, h0, d0, cache_mb=64.0)
+    assert builds.corrected and builds.nbytes == fine.with_df._cderi.nbytes  # nothing on the coarse grid yet
+    np.testing.assert_allclose(builds(d0), h0, rtol=0, atol=1e-10)
+    coarse = builds._coarse
+    assert coarse.grids.weights.size < fine.grids.weights.size and coarse.with_df is fine.with_df
+    assert builds.nbytes > fine.with_df._cderi.nbytes  # the coarse AO values are kept
+    _, other = occupied_density(h0, fine.get_ovlp(), 5)
+    delta = lambda d: fine.get_fock(dm=d) - coarse.get_fock(dm=d)  # noqa: E731
+    np.testing.assert_allclose(builds(other) - fine.get_fock(dm=other), delta(d0) - delta(other), rtol=0,
+                               atol=1e-10)
+    builds.release()
+    assert builds._coarse is None and builds.nbytes == fine.with_df._cderi.nbytes
+    level0 = _water_solver()
+    level0.grids.level = 0  # no finer than the coarse grid: the fine solver builds directly
+    direct = TwoGridFock(level0, h0, d0, cache_mb=64.0)
+    assert not direct.corrected
+    np.testing.assert_allclose(direct(other), level0.get_fock(dm=other), rtol=0, atol=1e-12)
+
+
 def test_refinement_converges_to_the_scf_and_keeps_a_converged_h():
     pytest.importorskip("pyscf")
-    mf = _water_solver(64.0)
+    mf = _water_solver(keep_factors=True)
     mf.conv_tol = 1e-12
     mf.kernel()
     assert mf.converged
@@ -87,6 +117,27 @@ def test_refinement_converges_to_the_scf_and_keeps_a_converged_h():
     curve = refine(h0, fock, s, 5, 4, keep_history=True).history  # a run of k builds ends where step k of it is
     assert len(curve) == 4
     np.testing.assert_allclose(curve[1], refine(h0, fock, s, 5, 2).hamiltonian, rtol=0, atol=1e-12)
+
+
+def test_two_grid_refinement_lands_within_the_change_of_the_grid_correction():
+    """The two-grid fixed point H̃ solves H̃ = F_f[D̃] + δ(D_0) − δ(D̃): off the fine one by about that change."""
+    pytest.importorskip("pyscf")
+    from sciml.hamiltonian.data.two_grid import TwoGridFock
+
+    mf = _water_solver(keep_factors=True)
+    mf.conv_tol = 1e-12
+    mf.kernel()
+    scf, s = mf.get_fock(), mf.get_ovlp()
+    d0 = mf.get_init_guess(key="minao")
+    h0 = mf.get_fock(dm=d0)
+    builds = TwoGridFock(mf, h0, d0, cache_mb=64.0)
+    out = refine(h0, builds, s, 5, 15)
+    assert out.residuals[-1] < 1e-3 * out.residuals[0]  # converged on the two-grid map
+    _, d_scf = occupied_density(scf, s, 5)
+    coarse = builds._coarse
+    change = np.abs((h0 - coarse.get_fock(dm=d0)) - (scf - coarse.get_fock(dm=d_scf))).mean()
+    off = np.abs(out.hamiltonian - scf).mean()  # water: 30 µHa, the change 27 µHa, H0 16 mHa off
+    assert 0 < off <= 2 * change and off < 1e-2 * np.abs(h0 - scf).mean()
 
 
 @pytest.mark.parametrize(("steps", "beta", "depth", "match"), [(-1, 0.5, 6, "steps"), (2, 0.0, 6, "beta"),

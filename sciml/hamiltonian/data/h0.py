@@ -16,10 +16,9 @@ build it, recorded with the data and the model so that prediction builds H0 the 
     molecule instead of 0.9–1.6 s; the sum is the same up to rounding (|ΔH0| < 1e-12 Ha).
 
 A solver that builds many Fock matrices of one molecule (the refinement of :mod:`sciml.hamiltonian.refine`) asks
-``fock_solver(..., cache_mb=M)``: the density-fitting factors are computed once and kept in memory, and the atomic
-orbitals' values on the XC grid are kept from the second build on when they fit in ``M`` MB
-(:class:`sciml.hamiltonian.data.numint_cache.CachedNumInt`).
-The matrices are the same to rounding; for uracil a further build costs 0.18 s instead of 0.51 s (one thread).
+``fock_solver(..., keep_factors=True)``: the density-fitting factors are computed once and kept in memory, so that
+J is one contraction per build; its further builds go to a coarse grid
+(:class:`sciml.hamiltonian.data.two_grid.TwoGridFock`).
 """
 
 from __future__ import annotations
@@ -42,7 +41,7 @@ def check_h0_method(method: str) -> str:
     return method
 
 
-def fock_solver(mol, xc: str, grid_level: int = 3, method: str = "full", cache_mb: float = 0.0):
+def fock_solver(mol, xc: str, grid_level: int = 3, method: str = "full", keep_factors: bool = False):
     """The pyscf mean-field object whose ``get_fock(dm=D)`` builds ``F[D]`` the ``method`` way (see the docstring).
 
     Parameters
@@ -55,9 +54,9 @@ def fock_solver(mol, xc: str, grid_level: int = 3, method: str = "full", cache_m
         DFT grid level of ``"full"``.
     method : str
         ``"full"`` or ``"fast"`` (see the module docstring).
-    cache_mb : float
-        > 0: keep the density-fitting factors and up to this many MB of AO values on the grid between builds
-        (for many builds of one molecule; module docstring). 0: pyscf's default, nothing kept.
+    keep_factors : bool
+        Build the density-fitting factors now and keep them in memory (for many builds of one molecule; module
+        docstring). False: pyscf's default.
 
     """
     from pyscf import dft, lib, scf
@@ -71,22 +70,21 @@ def fock_solver(mol, xc: str, grid_level: int = 3, method: str = "full", cache_m
         mf.grids.level = grid_level if level is None else level
     if density_fit:
         mf = mf.density_fit(auxbasis=JKFIT if exchange else JFIT)  # the DF object keeps mol.max_memory
-        if cache_mb > 0:
+        if keep_factors:
             mf.with_df.build()  # the factors in memory: J is then one contraction per build
         mf.max_memory = lib.current_memory()[0] + XC_WORK_MB  # RKS.get_veff: XC blocks get max_memory − current
-    if cache_mb > 0 and hasattr(mf, "_numint"):
-        from sciml.hamiltonian.data.numint_cache import CachedNumInt
-
-        mf._numint = CachedNumInt(cache_mb)
     mf.verbose = 0
     return mf
 
 
-def zeroth_step_matrices(mol, xc: str, grid_level: int = 3, method: str = "full",
-                         solver=None) -> dict[str, np.ndarray]:
+def zeroth_step_matrices(mol, xc: str, grid_level: int = 3, method: str = "full", solver=None,
+                         with_density: bool = False) -> dict[str, np.ndarray]:
     """``{"H0", "S"}`` (pyscf AO order, Hartree) of a pyscf ``Mole``: ``F[ρ_SAD]`` built by :func:`fock_solver`.
 
-    ``solver``: a :func:`fock_solver` of ``mol`` to build with (one that caches, kept for further builds).
+    ``solver``: a :func:`fock_solver` of ``mol`` to build with (e.g. one keeping its factors for further builds).
+    ``with_density``: also ``"D0"``, the SAD density matrix (nao, nao) H0 was built from.
     """
     mf = fock_solver(mol, xc, grid_level, method) if solver is None else solver
-    return {"H0": mf.get_fock(dm=mf.get_init_guess(key="minao")), "S": mf.get_ovlp()}
+    dens = mf.get_init_guess(key="minao")
+    out = {"H0": mf.get_fock(dm=dens), "S": mf.get_ovlp()}
+    return out | {"D0": dens} if with_density else out

@@ -2,10 +2,10 @@
 
 A Kohn–Sham Fock build evaluates every AO (and, for GGAs, its gradient) on every grid point before it integrates
 ``V_xc``; across the builds of one molecule those values do not change. :class:`CachedNumInt` keeps them from its
-second pass on (a solver built once, like H0 alone, never copies them), so that further builds only contract them
-with the new density (uracil, grid level 1, 51k points,
-132 AOs: 216 MB, a build 0.18 s instead of 0.51 s with the density-fitted Coulomb kept as well). Imported only
-where pyscf is (extra ``quantum``).
+first pass on, so that further builds only contract them with the new density (uracil, grid level 1, 51k points,
+132 AOs: 216 MB, a build 0.14–0.18 s instead of 0.51 s with the density-fitted Coulomb kept as well; the
+refinement's coarse grid, :mod:`sciml.hamiltonian.data.two_grid`: 47 MB, 0.04 s). Imported only where pyscf is
+(extra ``quantum``).
 
 The kept values live in one arena per grid, taken from a small pool to which :func:`release` (or a collected
 solver) gives it back: fresh memory of that size costs its page faults on first touch (0.4–0.5 s per 216 MB on this
@@ -46,7 +46,7 @@ def _dense(ao: np.ndarray) -> bool:
 
 
 class CachedNumInt(NumInt):
-    """``NumInt`` whose ``block_loop`` replays the AO blocks of its last grid (kept from the second pass on).
+    """``NumInt`` whose ``block_loop`` replays the AO blocks of its last grid (kept from the first pass on).
 
     Parameters
     ----------
@@ -66,7 +66,6 @@ class CachedNumInt(NumInt):
         self.cache_mb = float(cache_mb)
         self._blocks = None
         self._arena: np.ndarray | None = None
-        self._passes = 0  # full passes made: the first (e.g. H0 alone) is not kept
 
     def _keep(self, ao: np.ndarray, offset: int, total: int) -> np.ndarray:
         """A copy of ``ao`` (its memory layout kept) at ``offset`` elements into this grid's arena of ``total``."""
@@ -85,8 +84,7 @@ class CachedNumInt(NumInt):
         if self._blocks is not None and self._blocks[0] == key:
             yield from self._blocks[1]
             return
-        kept, size = ([] if self._passes else None), 0
-        self._passes += 1
+        kept, size = [], 0
         for ao, mask, weight, coords in super().block_loop(mol, grids, nao, deriv, max_memory, non0tab, blksize,
                                                            buf):
             if kept is not None:

@@ -1,0 +1,88 @@
+r"""Fock builds for the refinement on a coarse XC grid, corrected to the fine grid at the density that built H0.
+
+A Kohn–Sham build ``F[D] = h + J[D] + V_xc^g[D]`` costs mostly its XC integral on the grid ``g``. The refinement
+(:mod:`sciml.hamiltonian.refine`) makes several builds of one molecule; :class:`TwoGridFock` makes them on a coarse
+grid ``c`` (pyscf level :data:`COARSE_LEVEL`) and adds the fine grid's difference at the SAD density ``D_0``, which
+the H0 build has already paid for:
+
+    F̃[D] = F_c[D] + (H_0 − F_c[D_0]),        H_0 = F_f[D_0],
+
+so that ``F̃[D_0] = H_0`` exactly and ``F̃[D] − F_f[D] = δ(D_0) − δ(D)`` with ``δ = V_xc^f − V_xc^c``: the fixed
+point of ``F̃`` differs from the fine builds' only by how much the grid error changes between ``D_0`` and the SCF
+density. For uracil (PBE/def2-SVP, the ``"fast"`` H0 on level 1: 51k points; level 0: 11k) a build costs 0.04 s
+instead of 0.14 s with the fine grid's AO values kept (0.5 s without), and 5 builds from H0 land 43 µHa from the
+reference SCF either way (the grid error itself is 54 µHa). Coulomb (density-fitted or exact) is the fine solver's,
+shared, so it is not approximated. Hartree–Fock has no grid, and a fine grid no finer than the coarse one needs no
+correction: the fine solver builds directly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: pyscf grid level of the coarse builds
+COARSE_LEVEL = 0
+
+
+class TwoGridFock:
+    """``D -> F̃[D]`` (nao, nao, Hartree) of one molecule: coarse-grid builds corrected at ``D_0`` (module docstring).
+
+    Parameters
+    ----------
+    fine : pyscf mean-field object
+        The solver that built ``h0`` (:func:`sciml.hamiltonian.data.h0.fock_solver`, its DF factors kept).
+    h0 : np.ndarray
+        ``F_f[D_0]`` (nao, nao), pyscf AO order.
+    d0 : np.ndarray
+        The density ``D_0`` (nao, nao) it was built from.
+    cache_mb : float
+        AO values on the coarse grid kept between builds (MB;
+        :class:`~sciml.hamiltonian.data.numint_cache.CachedNumInt`).
+    level : int
+        Coarse grid level.
+
+    """
+
+    def __init__(self, fine, h0: np.ndarray, d0: np.ndarray, cache_mb: float, level: int = COARSE_LEVEL):
+        self.fine, self.h0, self.d0, self.cache_mb, self.level = fine, h0, d0, float(cache_mb), level
+        self._coarse, self._correction = None, None
+
+    @property
+    def corrected(self) -> bool:
+        """Whether builds go to the coarse grid (False: Hartree–Fock, or a fine grid no finer than the coarse)."""
+        grids = getattr(self.fine, "grids", None)
+        return grids is not None and hasattr(self.fine, "_numint") and grids.level > self.level
+
+    def __call__(self, dens: np.ndarray) -> np.ndarray:
+        if not self.corrected:
+            return self.fine.get_fock(dm=dens)
+        if self._coarse is None:
+            self._coarse = self._coarse_solver()
+            self._correction = self.h0 - self._coarse.get_fock(dm=self.d0)
+        return self._coarse.get_fock(dm=dens) + self._correction
+
+    def _coarse_solver(self):
+        from pyscf.dft import gen_grid
+
+        from sciml.hamiltonian.data.numint_cache import CachedNumInt
+
+        coarse = self.fine.copy()  # shallow: the DF factors (or the four-centre integrals) are shared
+        coarse.grids = gen_grid.Grids(self.fine.mol)
+        coarse.grids.level = self.level
+        coarse._numint = CachedNumInt(self.cache_mb)
+        return coarse
+
+    def release(self) -> None:
+        """Drop the coarse solver and give its AO values back (:func:`~sciml.hamiltonian.data.numint_cache.release`)."""
+        from sciml.hamiltonian.data.numint_cache import release
+
+        if self._coarse is not None:
+            release(self._coarse)
+        self._coarse, self._correction = None, None
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held between builds: the fine solver's density-fitting factors and the coarse AO values."""
+        cderi = getattr(getattr(self.fine, "with_df", None), "_cderi", None)
+        held = cderi.nbytes if isinstance(cderi, np.ndarray) else 0
+        return held + (0 if self._coarse is None else self._coarse._numint.cached_bytes)
