@@ -225,7 +225,8 @@ def refine_result(structure: HamiltonianStructure, result: dict, s_pyscf: np.nda
     energies, HOMO/LUMO/gap are the refined ones. Intervals: from the artifact's refined calibrator when it was
     fitted for these ``steps`` (:mod:`sciml.hamiltonian.refine_calibration`; a guarantee like the unrefined ones);
     otherwise each keeps its unrefined width around the refined energy, marked without guarantee. Adds
-    ``refine_steps`` and ``refine_residuals_microhartree`` (mean |F[D(H_i)] − H_i| of each evaluated iterate).
+    ``refine_steps``, ``refine_residuals_microhartree`` (mean |F[D(H_i)] − H_i| of each evaluated iterate) and
+    ``refine_last_change_hartree`` (each orbital's ``ε_K − ε_{K−1}``, the change in the last build).
     """
     from scipy.linalg import eigh
 
@@ -235,18 +236,20 @@ def refine_result(structure: HamiltonianStructure, result: dict, s_pyscf: np.nda
         raise ValueError(f"refine_result needs at least one Fock build, got {steps}")
 
     layout, occ = predictor.layout, result["n_occupied"]
-    out = refine(layout.to_pyscf(result["hamiltonian"], structure.numbers), solver, s_pyscf, occ, steps)
+    start = layout.to_pyscf(result["hamiltonian"], structure.numbers)
+    out = refine(start, solver, s_pyscf, occ, steps, keep_history=True)
     solver.release()
     k = len(result["orbital_energies"])
-    eps = eigh(out.hamiltonian, s_pyscf, eigvals_only=True)[:k]
+    eps, before = (eigh(h, s_pyscf, eigvals_only=True)[:k] for h in (out.hamiltonian, ([start] + out.history)[-2]))
     cal = predictor.refined
     text = f"refined by {steps} Fock builds (last residual {out.residuals[-1]:.0f} µHa)"
     if alpha is None:
         lo = hi = np.full(k, math.nan)
         method, guarantee = "none", False
     elif cal is not None and cal.steps == steps:
-        lo, hi = cal.intervals(eps, occ, alpha)
-        method = f"split conformal, Mondrian by orbital, refined by {steps} Fock builds"
+        lo, hi = cal.intervals(eps, eps - before, occ, alpha)
+        scaled = ", scaled by each orbital's change in the last build" if cal.floor is not None else ""
+        method = f"split conformal, Mondrian by orbital{scaled}, refined by {steps} Fock builds"
         guarantee = result["in_domain"] is not False
     else:
         shift = eps - np.asarray(result["orbital_energies"])
@@ -259,7 +262,8 @@ def refine_result(structure: HamiltonianStructure, result: dict, s_pyscf: np.nda
                      "orbital_energies": eps.tolist(), "lower": lo.tolist(), "upper": hi.tolist(),
                      "intervals": method, "interval_guarantee": guarantee,
                      "note": f"{note}; {text}" if note else text,
-                     "refine_steps": steps, "refine_residuals_microhartree": out.residuals} | _gap_fields(
+                     "refine_steps": steps, "refine_residuals_microhartree": out.residuals,
+                     "refine_last_change_hartree": (eps - before).tolist()} | _gap_fields(
         eps, lo, hi, occ)
 
 
@@ -268,7 +272,7 @@ def _ev(values) -> list[float]:
 
 
 #: fields of :func:`refine_result` copied into ``eigenvalues.json``
-REFINE_KEYS = ("refine_steps", "refine_residuals_microhartree")
+REFINE_KEYS = ("refine_steps", "refine_residuals_microhartree", "refine_last_change_hartree")
 
 
 def write_prediction(folder: Path, structure: HamiltonianStructure, result: dict, s_pyscf: np.ndarray,

@@ -3,11 +3,19 @@
 The artifact's own calibrator describes the network's errors (hundreds of meV on new molecules); after ``K``
 self-consistent Fock builds (:mod:`sciml.hamiltonian.refine`) the errors are tens of meV or less, so those widths
 say nothing about them. :func:`add_refine_calibration` refines the model's predictions of held-out calibration
-molecules with the same ``K`` and fits a Mondrian-by-orbital split-conformal calibrator (Vovk 2012) on the absolute
-orbital-energy errors ``|ε_K − ε_ref|`` (groups HOMO −1, LUMO 0, ...; the deepest pooled until each can give a
-finite width, :func:`sciml.hamiltonian.domain.pool_deep_groups`). It is stored as ``refine_calibrator.json`` and
-used by ``predict --refine K`` with the same ``K``; the intervals then hold for molecules drawn like the calibration
-molecules, as the unrefined ones do.
+molecules with the same ``K`` and fits a Mondrian-by-orbital split-conformal calibrator (Vovk 2012; groups HOMO −1,
+LUMO 0, ...; the deepest pooled until each can give a finite width, :func:`sciml.hamiltonian.domain.pool_deep_groups`)
+on the normalised errors
+
+    s = |ε_K − ε_ref| / (|ε_K − ε_{K−1}| + m),
+
+with ``ε_K − ε_{K−1}`` the orbital's change in the last build (an iteration that has not converged yet is still
+moving) and ``m`` the median of that change over the calibration orbitals (so that a converged orbital keeps a
+width of the typical size). The interval is ``ε_K ± q_g (|ε_K − ε_{K−1}| + m)``. It is stored as
+``refine_calibrator.json`` and used by ``predict --refine K`` with the same ``K``; the intervals then hold for
+molecules drawn like the calibration molecules, as the unrefined ones do. The score was chosen over the plain
+absolute one by leave-one-molecule-out on the 24 calibration molecules of the organic model (``docs/hamiltonian.md``).
+A file without ``floor`` (fitted before) holds the absolute score.
 
 Only molecules the model was not trained on may calibrate it: the files' molecules must be among the artifact's
 calibration molecules (``residual.json`` lists them).
@@ -33,17 +41,21 @@ class RefinedCalibration:
     Attributes
     ----------
     steps : the ``K`` of ``predict --refine K`` it was fitted for.
-    calibrator : :class:`sciml.uq.mondrian.MondrianConformal` on the absolute score (Hartree).
+    calibrator : :class:`sciml.uq.mondrian.MondrianConformal` on the normalised score (module docstring), or on
+        the absolute one (Hartree) when ``floor`` is None.
     molecules : the calibration molecules.
+    floor : ``m``, Hartree: the median last-build change of the calibration orbitals.
 
     """
 
     steps: int
     calibrator: torch.nn.Module
     molecules: list[str] = field(default_factory=list)
+    floor: float | None = None
 
     def to_dict(self) -> dict:
-        return {"steps": self.steps, "calibrator": self.calibrator.to_dict(), "molecules": self.molecules}
+        return {"steps": self.steps, "calibrator": self.calibrator.to_dict(), "molecules": self.molecules,
+                "floor": self.floor}
 
     @classmethod
     def from_dict(cls, data: dict) -> RefinedCalibration:
@@ -52,20 +64,32 @@ class RefinedCalibration:
         steps = int(data["steps"])
         if steps < 1:
             raise ValueError(f"steps must be >= 1, got {steps}")
-        return cls(steps, calibrator_from_dict(data["calibrator"]), [str(m) for m in data.get("molecules", [])])
+        floor = data.get("floor")
+        if floor is not None and not (math.isfinite(floor) and floor > 0):
+            raise ValueError(f"floor must be a finite number > 0 (Hartree), got {floor}")
+        return cls(steps, calibrator_from_dict(data["calibrator"]), [str(m) for m in data.get("molecules", [])],
+                   None if floor is None else float(floor))
 
-    def intervals(self, eps: np.ndarray, n_occupied: int, alpha: float) -> tuple[np.ndarray, np.ndarray]:
-        """Lower and upper ends (Hartree, ``(k,)``) around refined orbital energies ``eps`` of one molecule."""
+    def scale(self, change: np.ndarray) -> np.ndarray:
+        """``|ε_K − ε_{K−1}| + m`` (Hartree) of the last-build changes ``change`` (ones for the absolute score)."""
+        return np.ones_like(change) if self.floor is None else np.abs(change) + self.floor
+
+    def intervals(self, eps: np.ndarray, change: np.ndarray, n_occupied: int,
+                  alpha: float) -> tuple[np.ndarray, np.ndarray]:
+        """Lower and upper ends (Hartree, ``(k,)``) around refined orbital energies ``eps`` of one molecule.
+
+        ``change``: ``ε_K − ε_{K−1}`` (Hartree, ``(k,)``), each orbital's change in the last Fock build.
+        """
         from sciml.hamiltonian.domain import orbital_groups
 
         cal = self.calibrator
         groups = orbital_groups(torch.tensor([len(eps)]), torch.tensor([n_occupied]), cal.group_ids)
-        half = cal.threshold_or_inf(groups, alpha).double().numpy()
+        half = cal.threshold_or_inf(groups, alpha).double().numpy() * self.scale(change)
         return eps - half, eps + half
 
 
-def refined_errors(structures, predictor, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Absolute orbital-energy errors (Hartree) of the refined predictions of ``structures`` and their groups.
+def refined_errors(structures, predictor, steps: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Absolute errors, last-build changes (both Hartree) and groups of the refined orbital energies of ``structures``.
 
     Each structure needs its reference ``H`` and ``S`` (a data set file); H0 is rebuilt the model's way with the
     refinement's Fock builds, the network predicts, :func:`sciml.hamiltonian.predict.refine_result` refines.
@@ -76,7 +100,7 @@ def refined_errors(structures, predictor, steps: int) -> tuple[torch.Tensor, tor
     from sciml.hamiltonian.predict import predict_structures, refine_result, zeroth_step
     from sciml.hamiltonian.refine import CACHE_MB
 
-    layout, scores, groups = predictor.layout, [], []
+    layout, scores, changes, groups = predictor.layout, [], [], []
     for s in structures:
         mats = zeroth_step(s.numbers, s.positions, predictor.basis, predictor.xc, layout, h0=predictor.h0,
                            cache_mb=CACHE_MB)
@@ -85,8 +109,9 @@ def refined_errors(structures, predictor, steps: int) -> tuple[torch.Tensor, tor
         eps = np.asarray(refined["orbital_energies"])
         ref = eigh(s.to_dense("H", layout, order="pyscf"), mats["S"], eigvals_only=True)[:len(eps)]
         scores.append(torch.from_numpy(np.abs(eps - ref)))
+        changes.append(torch.tensor(refined["refine_last_change_hartree"], dtype=torch.float64))
         groups.append(orbital_groups(torch.tensor([len(eps)]), torch.tensor([result["n_occupied"]])))
-    return torch.cat(scores), torch.cat(groups)
+    return torch.cat(scores), torch.cat(changes), torch.cat(groups)
 
 
 def add_refine_calibration(path: str | Path, data: str | Path, steps: int = 5, alpha: float = 0.1) -> dict:
@@ -115,18 +140,25 @@ def add_refine_calibration(path: str | Path, data: str | Path, steps: int = 5, a
         raise ValueError(f"{data}: {', '.join(outside)} are not calibration molecules of {path} (those are "
                          f"{', '.join(predictor.residual.molecules)}); calibrate on them only")
     structures = [s for f in files for s in read_npz(f)[0]]
-    scores, groups = refined_errors(structures, predictor, steps)
+    errors, changes, groups = refined_errors(structures, predictor, steps)
     groups = pool_deep_groups(groups, math.ceil(1 / alpha - 1e-9) - 1)
-    cal = MondrianConformal(score="absolute", alpha=alpha).fit(scores, groups)
-    fitted = RefinedCalibration(steps, cal, [f.stem for f in files])
-    width = cal.threshold_or_inf(groups, alpha).double()
+    floor = float(changes.abs().median())
+    if not floor > 0:
+        raise ValueError(f"{data}: the calibration orbitals did not change in the last of {steps} builds; "
+                         "use fewer builds")
+    sigma = changes.abs() + floor
+    cal = MondrianConformal(score="normalized", alpha=alpha).fit(errors / sigma, groups)
+    fitted = RefinedCalibration(steps, cal, [f.stem for f in files], floor)
+    width = cal.threshold_or_inf(groups, alpha).double() * sigma
     summary = {"steps": steps, "alpha": alpha, "n_molecules": len(files), "n_structures": len(structures),
                "median_half_width_mev": float(width.median()) * HARTREE_EV * 1e3,
+               "floor_mev": floor * HARTREE_EV * 1e3,
                "seconds": round(time.perf_counter() - start, 1)}
     card = (Path(path) / "README.md").read_text() + (
         f"\n## Intervals of refined predictions\n- `sciml hamiltonian predict --refine {steps}` refines each "
         f"prediction by {steps} self-consistent Fock builds; its orbital-energy intervals come from "
-        f"`{REFINE_FILE}`, Mondrian by orbital on |ε − ε_ref| of {len(structures)} refined conformers of "
+        f"`{REFINE_FILE}`, Mondrian by orbital on |ε − ε_ref| / (|ε_K − ε_(K−1)| + {floor * HARTREE_EV * 1e3:.2f} "
+        f"meV) of {len(structures)} refined conformers of "
         f"{len(files)} calibration molecules (median half-width {summary['median_half_width_mev']:.1f} meV at "
         f"α = {alpha}), fitted by `sciml.hamiltonian.refine_calibration.add_refine_calibration`. Other K: the "
         "unrefined widths, marked without guarantee.\n")

@@ -107,6 +107,17 @@ def test_a_refined_calibrator_gives_the_intervals_of_its_steps(tmp_path, capsys)
     assert rows[3]["interval_guarantee"] is (rows[3]["in_domain"] is not False)
     assert "refined by 3 Fock builds" in rows[3]["intervals"]
     assert rows[4]["interval_guarantee"] is False and "no refined calibrator for 4 builds" in rows[4]["note"]
+    # the normalised score: half-width q_g (|ε_K − ε_{K−1}| + m), the change in the last build as written
+    normalised = MondrianConformal(score="normalized", alpha=0.1).fit(scores, groups)
+    add_extra_files(model, {REFINE_FILE: RefinedCalibration(3, normalised, ["m"], floor=2e-3).to_dict()})
+    out = tmp_path / "scaled"
+    assert main(["hamiltonian", "predict", str(EXAMPLE), "--model", str(model), "--output", str(out),
+                 "--no-progress", "--refine", "3", "--alpha", "0.1"]) == 0
+    row = json.loads((out / "water" / "eigenvalues.json").read_text())
+    change = np.asarray(row["refine_last_change_hartree"])
+    assert np.abs(change).max() > 0 and "scaled by each orbital's change" in row["intervals"]
+    half = 0.5 * np.subtract(row["upper_hartree"], row["lower_hartree"])
+    np.testing.assert_allclose(half, 1e-3 * (np.arange(-5, 3) + 6) * (np.abs(change) + 2e-3), rtol=0, atol=1e-13)
     capsys.readouterr()
 
 

@@ -171,8 +171,16 @@ def test_refined_calibration_round_trip_and_bad_steps():
 
     groups = torch.arange(-2, 1).repeat(9)
     cal = MondrianConformal(score="absolute", alpha=0.1).fit(torch.linspace(0.01, 0.1, 27).double(), groups)
+    eps, change = np.array([-1.0, -0.5, 0.1]), np.array([1e-3, -2e-3, 0.0])
+    q = cal.threshold(torch.tensor([-2, -1, 0]), 0.1).numpy()
     again = RefinedCalibration.from_dict(RefinedCalibration(5, cal, ["a"]).to_dict())
-    lo, hi = again.intervals(np.array([-1.0, -0.5, 0.1]), 2, 0.1)
-    np.testing.assert_allclose(hi - lo, 2 * cal.threshold(torch.tensor([-2, -1, 0]), 0.1).numpy(), rtol=1e-12)
+    lo, hi = again.intervals(eps, change, 2, 0.1)  # absolute score: the change plays no part
+    np.testing.assert_allclose(hi - lo, 2 * q, rtol=1e-12)
+    scaled = RefinedCalibration.from_dict(RefinedCalibration(5, cal, ["a"], floor=5e-4).to_dict())
+    lo, hi = scaled.intervals(eps, change, 2, 0.1)
+    np.testing.assert_allclose(hi - lo, 2 * q * (np.abs(change) + 5e-4), rtol=1e-12)
+    np.testing.assert_allclose(lo + hi, 2 * eps, rtol=1e-12)
     with pytest.raises(ValueError, match="steps"):
         RefinedCalibration.from_dict(RefinedCalibration(0, cal).to_dict())
+    with pytest.raises(ValueError, match="floor"):
+        RefinedCalibration.from_dict(RefinedCalibration(5, cal, floor=0.0).to_dict())
