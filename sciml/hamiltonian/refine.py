@@ -12,8 +12,8 @@ coarse grid corrected to the H0 build's (:class:`sciml.hamiltonian.data.two_grid
 converges to the SCF solution of that build, which differs from the reference SCF by the H0 method's error
 (``"fast"``: a mean 3–16 µHa on the held-out molecules, ``docs/hamiltonian.md``) and the change of the grid
 correction between the SAD and the SCF density (a few µHa). On those molecules 5 steps from the organic model's
-prediction bring the H MAE from 2,637 to 24 µHa; 5 steps from H0 itself reach 33 µHa and from the ridge alone
-22 µHa, so the accuracy comes from the builds, not from the network.
+prediction bring the H MAE from 2,637 to 30 µHa; 5 steps from H0 itself reach 37 µHa and from the ridge alone
+28 µHa, so the accuracy comes from the builds, not from the network.
 """
 
 from __future__ import annotations
