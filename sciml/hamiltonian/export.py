@@ -359,7 +359,7 @@ def add_residual_bound(path: str | Path, data_path: str | None = None, alpha: fl
     """
     import time
 
-    from sciml.core.io.artifact import add_extra_files, load_artifact
+    from sciml.core.io.artifact import add_extra_files, load_artifact, with_card_section
     from sciml.hamiltonian.artifact import load_model
     from sciml.hamiltonian.predict import predict_structures
     from sciml.hamiltonian.residual import RESIDUAL_FILE, ResidualBound, scf_residual
@@ -383,11 +383,11 @@ def add_residual_bound(path: str | Path, data_path: str | None = None, alpha: fl
     summary = {"alpha": alpha, "n_molecules": len(bound.scores), "n_structures": len(structures),
                "quantile": bound.quantile(), "median_ratio": float(np.median([x for v in ratios.values() for x in v])),
                "seconds": round(time.perf_counter() - start, 1)}
-    card = (Path(path) / "README.md").read_text() + (
-        "\n## SCF residual bound\n- `sciml hamiltonian predict --residual` computes r(H) = mean |F[D(H)] − H| of "
+    card = with_card_section((Path(path) / "README.md").read_text(), "SCF residual bound", (
+        "- `sciml hamiltonian predict --residual` computes r(H) = mean |F[D(H)] − H| of "
         "each prediction (one Fock build) and bounds its H MAE by q·r(H); q = "
         f"{summary['quantile']:.3g} at α = {alpha} from {summary['n_molecules']} calibration molecules "
         f"({summary['n_structures']} conformers; per molecule the largest MAE / r ratio), fitted by "
-        "`sciml.hamiltonian.export.add_residual_bound`; weights unchanged.\n")
+        "`sciml.hamiltonian.export.add_residual_bound`; weights unchanged."))
     add_extra_files(path, {RESIDUAL_FILE: bound.to_dict()}, metadata={"residual_bound": summary}, card=card)
     return summary

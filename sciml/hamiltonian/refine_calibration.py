@@ -120,7 +120,7 @@ def add_refine_calibration(path: str | Path, data: str | Path, steps: int = 5, a
     ``data``: a folder of data set files (``sciml data hamiltonian``, one npz per molecule) of the artifact's
     calibration molecules. Returns a summary (molecules, conformers, median width in meV, seconds).
     """
-    from sciml.core.io.artifact import add_extra_files
+    from sciml.core.io.artifact import add_extra_files, with_card_section
     from sciml.hamiltonian.artifact import load_model
     from sciml.hamiltonian.data.npz import read_npz
     from sciml.hamiltonian.domain import pool_deep_groups
@@ -154,13 +154,13 @@ def add_refine_calibration(path: str | Path, data: str | Path, steps: int = 5, a
                "median_half_width_mev": float(width.median()) * HARTREE_EV * 1e3,
                "floor_mev": floor * HARTREE_EV * 1e3,
                "seconds": round(time.perf_counter() - start, 1)}
-    card = (Path(path) / "README.md").read_text() + (
-        f"\n## Intervals of refined predictions\n- `sciml hamiltonian predict --refine {steps}` refines each "
+    card = with_card_section((Path(path) / "README.md").read_text(), "Intervals of refined predictions", (
+        f"- `sciml hamiltonian predict --refine {steps}` refines each "
         f"prediction by {steps} self-consistent Fock builds; its orbital-energy intervals come from "
         f"`{REFINE_FILE}`, Mondrian by orbital on |ε − ε_ref| / (|ε_K − ε_(K−1)| + {floor * HARTREE_EV * 1e3:.2f} "
         f"meV) of {len(structures)} refined conformers of "
         f"{len(files)} calibration molecules (median half-width {summary['median_half_width_mev']:.1f} meV at "
         f"α = {alpha}), fitted by `sciml.hamiltonian.refine_calibration.add_refine_calibration`. Other K: the "
-        "unrefined widths, marked without guarantee.\n")
+        "unrefined widths, marked without guarantee."))
     add_extra_files(path, {REFINE_FILE: fitted.to_dict()}, metadata={"refine_calibration": summary}, card=card)
     return summary

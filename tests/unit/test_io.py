@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from sciml.core.io.artifact import ArtifactError, load_artifact, save_artifact
+from sciml.core.io.artifact import ArtifactError, load_artifact, save_artifact, with_card_section
 from sciml.core.io.atomic import atomic_directory, atomic_open, atomic_write_text
 
 
@@ -96,3 +96,12 @@ def test_parse_extra_absent_parsed_or_one_line_error(tmp_path):
 
     with pytest.raises(ArtifactError, match=r"domain\.json: field 'k' must be even; run add_domain$"):
         parse_extra(art, "domain.json", reject, "run add_domain")
+
+
+def test_card_section_is_replaced_not_repeated():
+    card = "# Model\n\nintro\n\n## Fit\n- old fit\n\n## Limits\n- limits\n"
+    once = with_card_section(card, "Fit", "- new fit")
+    assert once == "# Model\n\nintro\n\n## Limits\n- limits\n\n## Fit\n- new fit\n"
+    twice = with_card_section(once, "Fit", "- newer fit")
+    assert twice.count("## Fit") == 1 and twice.endswith("## Fit\n- newer fit\n") and "- new fit" not in twice
+    assert with_card_section("# M\n", "Other", "- x") == "# M\n\n## Other\n- x\n"

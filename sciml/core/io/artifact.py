@@ -132,6 +132,22 @@ def add_extra_files(path: str | Path, extras: Mapping[str, Any], *, metadata: Ma
     return art.path
 
 
+def with_card_section(card: str, title: str, body: str) -> str:
+    """``card`` (Markdown) with its ``## title`` section(s) replaced by one holding ``body``, at the end.
+
+    A section runs from its heading to the next ``## `` heading; refitting an extra file thus replaces its
+    section instead of adding another.
+    """
+    lines, out, skipping = card.splitlines(keepends=True), [], False
+    for line in lines:
+        if line.startswith("## "):
+            skipping = line.rstrip("\n") == f"## {title}"
+        if not skipping:
+            out.append(line)
+    head = "".join(out).rstrip("\n")
+    return f"{head}\n\n## {title}\n{body.rstrip()}\n"
+
+
 def _read_extras(path: Path, metadata: dict) -> dict[str, Any]:
     listed = metadata.get("extra_files", {})
     if not isinstance(listed, dict) or not all(isinstance(n, str) and EXTRA_NAME.fullmatch(n) and n not in FILES
