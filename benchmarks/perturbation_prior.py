@@ -98,7 +98,8 @@ def fit_on(models: dict, dm, keys: list[str], seed: int) -> dict:
     sub = Subset(dm, keys)
     out = {}
     for name in ("masking", "masking_open"):
-        models[name].set_flow(kappa="auto", denoise="auto")
+        fixed = models[name].flow["denoise"] == "eb"  # the recipe's empirical-Bayes singles; else τ is chosen
+        models[name].set_flow(kappa="auto", denoise="eb" if fixed else "auto")
         choice = choose_masking(models[name], sub)
         out[name] = {"kappa": choice["kappa"], "denoise": choice["denoise"]}
     combination = models["combination"]

@@ -67,7 +67,10 @@ def _prior_text(flow: dict) -> str:
     """One sentence part naming the prior mean of a double and its per-screen choices."""
     prior = flow.get("prior", "additive")
     if prior == "masking":
-        text = (f"masking (`flow.prior`: singles denoised with τ = {flow.get('denoise', 0.0)}, the smaller same-sign "
+        denoise = flow.get("denoise", 0.0)
+        how = ("by empirical-Bayes shrinkage of all singles (`flow.denoise: eb`, ash)" if denoise == "eb"
+               else f"with τ = {denoise}")
+        text = (f"masking (`flow.prior`: singles denoised {how}, the smaller same-sign "
                 f"single absorbed with κ = {flow.get('kappa', 0.0)}, chosen on the training + val doubles; κ = τ = 0 "
                 "is additive)")
         if flow.get("closure") is True:

@@ -19,6 +19,7 @@ from sciml.core.types import Prediction
 from sciml.perturbation.distances import RBF_SCALES
 from sciml.perturbation.nn import PATHS, PADTransformer, close, integrate, masking_prior, project_mean
 from sciml.perturbation.nn.combination import CombinationRule
+from sciml.perturbation.nn.masking import masking
 
 FLOW_DEFAULTS = {"path": "control", "sigma": 0.1, "ot": True, "mmd_weight": 2.0, "mmd_scales": list(RBF_SCALES),
                  "steps": 20, "method": "rk4", "val_steps": 4, "max_genes": None, "prior_dropout": 0.2,
@@ -70,7 +71,10 @@ class PerturbationModel(torch.nn.Module):
         With ``flow.prior: masking`` it is :func:`~sciml.perturbation.nn.masking.masking_prior` of the two singles
         (``flow.kappa`` κ, ``flow.denoise`` τ; ``"auto"``: chosen by
         :func:`sciml.perturbation.select.choose_masking` when the model is built), using the singles' squared
-        standard errors (buffer ``single_var`` ``(V, G)``, set with the effects); with ``flow.closure`` (``"auto"``:
+        standard errors (buffer ``single_var`` ``(V, G)``, set with the effects); ``flow.denoise: eb`` replaces the
+        James–Stein threshold by empirical-Bayes shrinkage of all singles at once
+        (:func:`~sciml.perturbation.nn.shrinkage.ash_posterior_mean`, computed from the buffers when first needed);
+        with ``flow.closure`` (``"auto"``:
         on when the data are closed, see :func:`sciml.perturbation.task.data_closure`) that prior mean is rescaled
         to the controls' expected total per cell (:func:`~sciml.perturbation.nn.masking.close`, buffer ``closure``).
         ``flow.remainder_mean`` ``w`` ∈ [0, 1] shrinks the network's per-condition mean velocity (over the
@@ -113,6 +117,8 @@ class PerturbationModel(torch.nn.Module):
         self.register_buffer("has_effect", torch.zeros(len(genes), dtype=torch.bool))
         self.register_buffer("unknown_effect", torch.zeros(n_measured))  # additive fallback's stand-in single
         self.register_load_state_dict_pre_hook(_default_buffers)
+        self.register_load_state_dict_post_hook(lambda module, keys: module._forget_shrunk())
+        self._shrunk: Tensor | None = None  # flow.denoise "eb": the shrunk singles, from the buffers when needed
         self.flow = FLOW_DEFAULTS | (flow or {})
         self.optim = OPTIM_DEFAULTS | (optim or {})
         if self.flow["prior"] not in PRIORS:
@@ -148,6 +154,21 @@ class PerturbationModel(torch.nn.Module):
             for i, var in (variances or {}).items():
                 self.single_var[i] = torch.as_tensor(var, dtype=self.single_var.dtype)
         self.unknown_effect.copy_(_mean_single(self.single_effect, self.has_effect))
+        self._forget_shrunk()
+
+    def _forget_shrunk(self) -> None:
+        self._shrunk = None
+
+    def shrunk_singles(self) -> Tensor:
+        """Single effects ``(V, G)`` after empirical-Bayes shrinkage (``flow.denoise: eb``; unknown rows stay 0)."""
+        from sciml.perturbation.nn.shrinkage import ash_posterior_mean
+
+        if self._shrunk is None or self._shrunk.device != self.single_effect.device:
+            known = self.has_effect
+            table = self.single_effect.clone()
+            table[known] = ash_posterior_mean(self.single_effect[known], self.single_var[known])
+            self._shrunk = table
+        return self._shrunk
 
     def set_closure(self, terms: Tensor | None) -> None:
         """Turn ``flow.closure`` on with :func:`~sciml.perturbation.nn.masking.closure_terms` ``(2, G)``; None: off."""
@@ -223,7 +244,11 @@ class PerturbationModel(torch.nn.Module):
             total = d.sum(1)
             return total + lam * (self.combination(d[:, 0], d[:, 1], self.ctrl_mean) - total)
         if self.flow["prior"] == "masking":
-            kappa, tau = (0.0 if v == "auto" else float(v) for v in (self.flow["kappa"], self.flow["denoise"]))
+            kappa = 0.0 if self.flow["kappa"] == "auto" else float(self.flow["kappa"])
+            if self.flow["denoise"] == "eb":
+                shrunk = self.shrunk_singles()[pert.clamp_min(0)]
+                return masking(shrunk[:, 0], shrunk[:, 1], kappa)
+            tau = 0.0 if self.flow["denoise"] == "auto" else float(self.flow["denoise"])
             if kappa == 0.0 and tau == 0.0 and self.flow["closure"] is not True:
                 return None
             var = self.single_var[pert.clamp_min(0)]

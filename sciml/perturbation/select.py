@@ -7,7 +7,9 @@ r"""Choices made on held-out conditions that are not test: the rule's shrinkage 
   the smaller ``λ``. Test conditions are never read.
 * :func:`choose_masking` (when the model is built, ``flow.prior: masking`` with ``flow.kappa`` / ``flow.denoise``
   ``auto``): the masking weight ``κ`` and the denoising threshold ``τ`` of
-  :func:`~sciml.perturbation.nn.masking.masking_prior`, the grid pair with the smallest mean squared error of the
+  :func:`~sciml.perturbation.nn.masking.masking_prior` (or only ``κ`` when ``flow.denoise`` is fixed, e.g.
+  ``eb``: empirical-Bayes shrinkage of the singles, :mod:`sciml.perturbation.nn.shrinkage`), the grid pair with the
+  smallest mean squared error of the
   prior mean (clipped at 0) over the **training and val** doubles. Two scalars per screen: on the nine simulator
   cases of ``benchmarks/perturbation.py``, choosing them on the training doubles without one fold (or without val)
   and scoring the left-out fold and val gives 0.62× the additive MSE, against 0.67× for the shrunk combination rule
@@ -116,7 +118,7 @@ def choose_masking(model, dm, kappas: tuple[float, ...] = KAPPA_GRID,
     """
     fixed = {k: model.flow[k] for k in ("kappa", "denoise")}
     grid = {"kappa": kappas if fixed["kappa"] == "auto" else (float(fixed["kappa"]),),
-            "denoise": taus if fixed["denoise"] == "auto" else (float(fixed["denoise"]),)}
+            "denoise": taus if fixed["denoise"] == "auto" else (_denoise_value(fixed["denoise"]),)}
     keys = double_keys(model, dm, "train") + double_keys(model, dm, "val")
     mse = {}
     if keys:
@@ -128,10 +130,16 @@ def choose_masking(model, dm, kappas: tuple[float, ...] = KAPPA_GRID,
     if mse:
         best = min(mse, key=lambda k: (round(mse[k], 12), k))
     else:
-        best = tuple(0.0 if fixed[k] == "auto" else float(fixed[k]) for k in ("kappa", "denoise"))
+        best = (0.0 if fixed["kappa"] == "auto" else float(fixed["kappa"]),
+                0.0 if fixed["denoise"] == "auto" else _denoise_value(fixed["denoise"]))
     model.set_flow(kappa=best[0], denoise=best[1])
     return {"kappa": best[0], "denoise": best[1], "mse": {f"{k},{t}": v for (k, t), v in mse.items()},
             "n": len(keys)}
+
+
+def _denoise_value(value) -> float | str:
+    """A fixed ``flow.denoise``: τ as a float, or ``"eb"`` (empirical-Bayes shrinkage of the singles)."""
+    return "eb" if value == "eb" else float(value)
 
 
 def versus_additive(module, dm, n_cells: int = 128, seed: int = 0, steps: int | None = None,
