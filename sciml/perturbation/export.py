@@ -70,9 +70,9 @@ def _prior_text(flow: dict) -> str:
         denoise = flow.get("denoise", 0.0)
         how = ("by empirical-Bayes shrinkage of all singles (`flow.denoise: eb`, ash)" if denoise == "eb"
                else f"with τ = {denoise}")
+        zero = "κ = 0 adds the shrunk singles" if denoise == "eb" else "κ = τ = 0 is additive"
         text = (f"masking (`flow.prior`: singles denoised {how}, the smaller same-sign "
-                f"single absorbed with κ = {flow.get('kappa', 0.0)}, chosen on the training + val doubles; κ = τ = 0 "
-                "is additive)")
+                f"single absorbed with κ = {flow.get('kappa', 0.0)}, chosen on the training + val doubles; {zero})")
         if flow.get("closure") is True:
             text += ("; rescaled so that each cell's expected total over the genes is the controls' "
                      "(`flow.closure`: the data are normalised to a fixed total)")

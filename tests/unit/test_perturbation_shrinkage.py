@@ -84,3 +84,13 @@ def test_choose_masking_with_eb_chooses_kappa_only():
     choice = choose_masking(m, dm)
     assert choice["denoise"] == "eb" and m.flow["denoise"] == "eb" and choice["kappa"] >= 0.7, choice
     assert all(key.endswith(",eb") for key in choice["mse"])
+
+
+def test_the_model_card_says_how_the_singles_were_denoised():
+    from sciml.perturbation.export import _prior_text
+
+    flow = {"prior": "masking", "kappa": 0.5}
+    assert "empirical-Bayes" in _prior_text(flow | {"denoise": "eb"}) and "τ =" not in _prior_text(
+        flow | {"denoise": "eb"})
+    assert "τ = 1.0" in _prior_text(flow | {"denoise": 1.0}) and "empirical" not in _prior_text(
+        flow | {"denoise": 1.0})
