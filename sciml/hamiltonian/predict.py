@@ -93,7 +93,7 @@ def zeroth_step(numbers, positions, basis: str, xc: str, layout: OrbitalLayout, 
     solver = fock_solver(mol, xc, grid_level, h0, keep_factors=True)
     out = zeroth_step_matrices(mol, xc, grid_level, h0, solver, with_density=True)
     return {"H0": out["H0"], "S": out["S"], "n_occupied": mol.nelectron // 2,
-            "solver": TwoGridFock(solver, out["H0"], out.pop("D0"), cache_mb)}
+            "solver": TwoGridFock(solver, out["H0"], out["D0"], cache_mb)}
 
 
 def structure_from_matrices(numbers, positions, mats: dict, layout: OrbitalLayout, n_occupied: int,

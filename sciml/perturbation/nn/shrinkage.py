@@ -32,8 +32,8 @@ def scale_grid(delta: Tensor, var: Tensor, n: int = N_SCALES) -> Tensor:
     """``(n + 1,)`` prior scales: 0 (the point mass), then geometric from ``min s.e./10`` to ``2 max |Δ|``."""
     low = max(float(var.clamp_min(0).sqrt().min()) / 10, 1e-8)
     high = max(2 * float(delta.abs().max()), 2 * low)
-    return torch.cat([torch.zeros(1, dtype=torch.float64),
-                      torch.logspace(math.log10(low), math.log10(high), n, dtype=torch.float64)])
+    like = {"dtype": torch.float64, "device": delta.device}
+    return torch.cat([torch.zeros(1, **like), torch.logspace(math.log10(low), math.log10(high), n, **like)])
 
 
 def _log_marginal(delta: Tensor, var: Tensor, scales: Tensor) -> Tensor:
@@ -60,7 +60,7 @@ def fit_weights(lik: Tensor, iterations: int = EM_ITERATIONS) -> Tensor:
     the simplex and stabilised by one more EM step, and kept only if it does not lower the likelihood. Stops when the
     mean log-likelihood gains less than :data:`EM_TOLERANCE`.
     """
-    pi = torch.full((lik.shape[1],), 1.0 / lik.shape[1], dtype=lik.dtype)
+    pi = torch.full((lik.shape[1],), 1.0 / lik.shape[1], dtype=lik.dtype, device=lik.device)
     best = _log_likelihood(lik, pi)
     for _ in range(max(iterations // 3, 1)):
         one = _em_step(lik, pi)
