@@ -8,8 +8,9 @@ Per simulator case (``configs/data/grn_<setting>.yaml`` with the seed as data an
 
 * ``design``: nested evaluation on data that is not test. Outer folds: five folds of the training doubles, then
   val. Each design is fitted on the training doubles outside the fold only, its own choices included, and scored
-  on the fold: **masking** (:func:`sciml.perturbation.nn.masking.masking_prior`, ``κ`` and ``τ`` chosen on the
-  inner doubles, with the recipe's ``flow.closure: auto``), **masking_open** (the same without the closure) and
+  on the fold: **masking** (:func:`sciml.perturbation.nn.masking.masking_prior`, ``κ`` chosen on the inner doubles,
+  ``τ`` too unless the recipe fixes ``flow.denoise: eb``, with the recipe's ``flow.closure: auto``),
+  **masking_open** (the same without the closure) and
   **combination** (:class:`sciml.perturbation.nn.combination.CombinationRule` fitted on the
   inner doubles, ``λ`` chosen by inner five-fold cross-fitting). Reported: the MSE of each over all scored doubles,
   divided by the additive baseline's (unclipped, as in ``benchmarks/perturbation.py``).
