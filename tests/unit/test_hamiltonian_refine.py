@@ -140,6 +140,28 @@ def test_two_grid_refinement_lands_within_the_change_of_the_grid_correction():
     assert 0 < off <= 2 * change and off < 1e-2 * np.abs(h0 - scf).mean()
 
 
+def test_two_grid_builds_go_one_level_down_and_keep_a_converged_full_h0_scf():
+    """The water model's H0 (exact Coulomb, grid 3): builds on level 2 leave its converged SCF where it is."""
+    pytest.importorskip("pyscf")
+    from pyscf import gto
+
+    from sciml.hamiltonian.data.h0 import fock_solver
+    from sciml.hamiltonian.data.two_grid import TwoGridFock
+
+    numbers, pos = WATER
+    mol = gto.M(atom=[(int(z), tuple(p)) for z, p in zip(numbers, pos, strict=True)], basis="def2-svp",
+                unit="Angstrom", verbose=0)
+    mf = fock_solver(mol, "pbe", 3, "full")
+    mf.conv_tol = 1e-12
+    mf.kernel()
+    scf, s = mf.get_fock(), mf.get_ovlp()
+    d0 = mf.get_init_guess(key="minao")
+    builds = TwoGridFock(mf, mf.get_fock(dm=d0), d0, cache_mb=64.0)
+    assert builds.level == 2 and builds.corrected
+    out = refine(scf, builds, s, 5, 5)
+    assert np.abs(out.hamiltonian - scf).mean() < 1e-7  # 0.03 µHa (level 0 would drift ~30 µHa)
+
+
 @pytest.mark.parametrize(("steps", "beta", "depth", "match"), [(-1, 0.5, 6, "steps"), (2, 0.0, 6, "beta"),
                                                                (2, 0.5, 0, "depth")])
 def test_refine_refuses_bad_settings(steps, beta, depth, match):
