@@ -34,7 +34,8 @@ def add_parser(sub, name: str) -> None:
                         "cost of H0) and, when the model has residual.json, a conformal bound on its H MAE")
     q.add_argument("--refine", type=int, default=0, metavar="K",
                    help="molecules: refine each prediction by K self-consistent Fock builds (Anderson mixing, the "
-                        "model's H0 method; ~5 bring it near the SCF solution); 0: the network's H as it is")
+                        "model's H0 method with XC one grid level coarser, corrected at the SAD density; ~5 bring "
+                        "it near the SCF solution); 0: the network's H as it is")
     q.add_argument("--batch-size", type=int, default=16, help="molecules per network call")
     q.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     q.add_argument("--kpath", type=int, default=60, help="crystals: k-points along the high-symmetry path")
