@@ -34,18 +34,21 @@ from sciml.hamiltonian.units import HARTREE_EV
 
 
 def read_xyz(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
-    """Atomic numbers ``(n,)`` and positions ``(n, 3)`` in Å of a single-frame ``.xyz`` file."""
-    from pymatgen.core import Molecule
+    """Atomic numbers ``(n,)`` and positions ``(n, 3)`` in Å of a single-frame ``.xyz`` file.
+
+    Parsed by :func:`sciml.hamiltonian.data.gen_molecules.read_xyz_frames` (ase; its one-line errors for
+    unreadable files, unknown elements, NaN or duplicated atoms).
+    """
+    from sciml.hamiltonian.data.gen_molecules import read_xyz_frames
 
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
-    try:
-        mol = Molecule.from_file(str(path))
-    except Exception as err:
-        raise ValueError(f"{path}: not a readable .xyz file ({err.__class__.__name__}); expected 'n_atoms', a "
-                         "comment line, then 'Symbol x y z' lines in Å") from None
-    return np.array([site.specie.Z for site in mol], dtype=np.int64), np.asarray(mol.cart_coords, dtype=np.float64)
+    numbers, frames = read_xyz_frames(path)
+    if len(frames) != 1:
+        raise ValueError(f"{path}: holds {len(frames)} frames; predict takes one molecule per .xyz file; write "
+                         "each frame to its own file")
+    return numbers, frames[0]
 
 
 def check_elements(numbers, layout: OrbitalLayout, source: str) -> None:

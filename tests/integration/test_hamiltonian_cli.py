@@ -92,7 +92,10 @@ def test_bad_inputs_are_one_line_errors(tiny_run, tmp_path, capsys):
                     [[0, 0, 0], [0, 0.94, 0.38], [0.81, -0.47, 0.38], [-0.81, -0.47, 0.38]])
     bad = tmp_path / "bad.xyz"
     bad.write_text("three\nnot a number\nO 0 0\n")
-    cases = {str(nh3): "outside the trained orbital basis", str(bad): "not a readable .xyz",
+    two = tmp_path / "two.xyz"
+    two.write_text("1\na\nH 0 0 0\n1\nb\nH 0 0 0.1\n")
+    cases = {str(nh3): "outside the trained orbital basis", str(bad): "not a readable xyz",
+             str(two): "holds 2 frames; predict takes one molecule per .xyz file",
              str(tmp_path / "missing.xyz"): "no such file"}
     for path, message in cases.items():
         assert main(["hamiltonian", "predict", "--model", model, path, "--output", str(tmp_path / "o")]) == 2

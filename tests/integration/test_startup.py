@@ -112,3 +112,12 @@ def test_infinite_interval_note():
     assert "\n" not in note
     groups = infinite_interval_note([40, 3, 25], 0.1, "calibration structures")
     assert "1 of 3 calibration groups" in groups and "smallest: 3" in groups and "--alpha 0.25" in groups
+
+
+def test_hamiltonian_predict_path_skips_dynamo_and_pandas():
+    """Loading an equivariant model and reading an .xyz import neither (1.2 s and 0.4 s of every predict command)."""
+    code = ("from sciml.hamiltonian.artifact import load_model\nfrom sciml.hamiltonian.predict import read_xyz\n"
+            "load_model('checkpoints/water-pbe-def2svp')\nnumbers, pos = read_xyz('examples/hamiltonian/water.xyz')\n"
+            "OUT = [sorted(m for m in ('torch._dynamo', 'pandas') if m in sys.modules), numbers.tolist()]")
+    got = imported_after(code)
+    assert got["out"] == [[], [8, 1, 1]] and "e3nn" in got["heavy"]

@@ -51,7 +51,8 @@ def pyscf_harmonics(l: int, xyz: np.ndarray) -> np.ndarray:
 def e3nn_harmonics(l: int, xyz):
     """e3nn's real harmonics (float64 torch, exact polynomials) at ``xyz`` (n, 3) -> (n, 2l+1)."""
     import torch
-    from e3nn import o3
+
+    from sciml.core.e3nn_o3 import o3
 
     x = torch.as_tensor(np.asarray(xyz) if not isinstance(xyz, torch.Tensor) else xyz, dtype=torch.float64)
     return o3.spherical_harmonics(l, x, normalize=False, normalization="integral")

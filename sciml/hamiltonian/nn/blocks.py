@@ -19,7 +19,8 @@ from __future__ import annotations
 from collections import Counter
 
 import torch
-from e3nn import o3
+
+from sciml.core.e3nn_o3 import o3
 
 
 def shell_pair_irreps(la: int, lb: int) -> list[tuple[int, int]]:

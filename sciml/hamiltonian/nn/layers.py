@@ -12,9 +12,10 @@
 from __future__ import annotations
 
 import torch
-from e3nn import o3
 from e3nn.nn import Gate
 from torch import nn
+
+from sciml.core.e3nn_o3 import o3
 
 
 def gate_irreps(irreps: o3.Irreps) -> tuple[o3.Irreps, o3.Irreps, o3.Irreps]:

@@ -22,9 +22,9 @@ With ``use_h0=False`` the H0 inputs are dropped (ablation): the network sees ele
 from __future__ import annotations
 
 import torch
-from e3nn import o3
 from torch import nn
 
+from sciml.core.e3nn_o3 import o3
 from sciml.core.radial import CosineCutoff, GaussianBasis
 from sciml.hamiltonian.nn.layers import Attention, EdgeConvolution, GatedLinear
 

@@ -18,8 +18,9 @@ outputs by an arbitrary unit. This is the
 from __future__ import annotations
 
 import torch
-from e3nn import o3
 from torch import nn
+
+from sciml.core.e3nn_o3 import o3
 
 
 def irrep_instances(irreps: o3.Irreps) -> tuple[torch.Tensor, torch.Tensor]:

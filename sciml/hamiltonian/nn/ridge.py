@@ -20,8 +20,9 @@ from __future__ import annotations
 import contextlib
 
 import torch
-from e3nn import o3
 from torch import nn
+
+from sciml.core.e3nn_o3 import o3
 
 
 @contextlib.contextmanager
