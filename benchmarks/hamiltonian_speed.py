@@ -18,6 +18,10 @@ For each size, on the same geometries, one thread (``OMP_NUM_THREADS=1``, ``--th
   grid level 3, conv_tol 1e-10) on the first ``n_scf`` of those conformers: its kernel wall time (the
   ``scf_seconds`` it records) and CPU time (``process_time`` around the same kernel call).
 
+The two are interleaved in ``--rounds`` rounds (default 3): each round runs every predict command, then its share
+of the SCF conformers, and each ratio is the median over rounds of that round's ratio. This machine is shared; its
+speed drifts by up to 2x within minutes, so a ratio of timings taken minutes apart is the stable quantity.
+
 Ratios per size: ``scf_over_predict`` = SCF seconds per molecule / (command seconds / n) — the whole command,
 start-up included, amortised over its ``n`` inputs; ``scf_over_predict_marginal`` = SCF per molecule / stage
 seconds per molecule (each further input of a call); ``break_even_n_10x``: the smallest number of inputs of one
@@ -64,9 +68,11 @@ PLAN = {"water": ("built-in", 10, 10), "ethanol": ("built-in", 10, 10), "uracil"
 WHAT = ("whole `sciml hamiltonian predict` command (subprocess wall and CPU time, one thread, all n conformers of a "
         "size in one call; stages from the command's own 'time:' line) vs the SCF of `sciml data hamiltonian` "
         "(run_molecule_scf, default SCFSettings: PBE/def2-SVP, grid level 3, conv_tol 1e-10, one thread; kernel "
-        "wall and CPU) on the first n_scf of the same conformers (sigma 0.05 A, seed 2026), in one run. "
-        "scf_over_predict = mean SCF s x n / command s (start-up amortised over n); _marginal = mean SCF s / "
-        "stage s per molecule; break_even_n_10x = smallest n at which the whole command is >= 10x faster; "
+        "wall and CPU) on the first n_scf of the same conformers (sigma 0.05 A, seed 2026), in one run, interleaved "
+        "in rounds (each round: every predict command, then its share of the SCFs); each ratio is the median over "
+        "rounds of that round's ratio. scf_over_predict = mean SCF s x n / command s (start-up amortised over n); "
+        "_marginal = mean SCF s / stage s per molecule; break_even_n_10x = smallest n at which the whole command is "
+        ">= 10x faster; "
         "scf_over_h0_bound = median SCF s / pyscf H0+S s per molecule")
 QUICK = {"water": (3, 3), "ethanol": (2, 1), "uracil": (2, 1)}
 
@@ -168,22 +174,42 @@ def time_scf(numbers, positions) -> dict:
 
 
 def ratios(row: dict, key: str) -> dict:
-    """Ratios of the SCF to the predict command ``row[key]`` (module docstring)."""
+    """Ratios of the SCF to the predict command ``row[key]`` (module docstring), each the median over rounds."""
     cmd, n = row[key], row["n_predict"]
-    scf = float(np.mean(row["scf_seconds"]))
+    scf, scf_cpu = _round_means(row, "scf_seconds"), _round_means(row, "scf_cpu_seconds")
     marginal = cmd["per_molecule_stage_seconds"]
     fixed = cmd["wall_seconds"] - n * marginal  # start-up, imports, model loading
+    median = float(np.median(scf))
     out = {"predict_seconds_per_molecule": cmd["wall_seconds"] / n, "predict_marginal_seconds_per_molecule": marginal,
-           "predict_fixed_seconds": fixed, "scf_over_predict": scf * n / cmd["wall_seconds"],
-           "scf_over_predict_cpu": float(np.mean(row["scf_cpu_seconds"])) * n / cmd["cpu_seconds"],
-           "scf_over_predict_marginal": scf / marginal,
+           "predict_fixed_seconds": fixed,
+           "scf_over_predict": _median_ratio(scf * n, cmd["rounds_wall_seconds"]),
+           "scf_over_predict_cpu": _median_ratio(scf_cpu * n, cmd["rounds_cpu_seconds"]),
+           "scf_over_predict_rounds": (scf * n / np.asarray(cmd["rounds_wall_seconds"])).tolist(),
+           "scf_over_predict_marginal": _median_ratio(scf, cmd["rounds_stage_seconds"]),
            "scf_over_h0_bound": float(np.median(row["scf_seconds"])) / (cmd["stages_seconds"]["h0_overlap"] / n)}
-    out["break_even_n_10x"] = math.ceil(10 * fixed / (scf - 10 * marginal)) if scf > 10 * marginal else None
+    out["break_even_n_10x"] = math.ceil(10 * fixed / (median - 10 * marginal)) if median > 10 * marginal else None
     return out
 
 
-def measure(name: str, n: int, n_scf: int, models: dict, work: Path) -> dict:
-    """One size: fresh conformers, each model's predict command on all ``n``, the SCF on the first ``n_scf``."""
+def _round_means(row: dict, key: str) -> np.ndarray:
+    """Mean of ``row[key]`` (one value per SCF conformer) within each round (``row["scf_round"]``)."""
+    values, rounds = np.asarray(row[key]), np.asarray(row["scf_round"])
+    return np.array([values[rounds == r].mean() for r in range(rounds.max() + 1)])
+
+
+def _median_ratio(numerators, denominators) -> float:
+    """Median over rounds of numerator / denominator (arrays of one value per round)."""
+    return float(np.median(np.asarray(numerators) / np.asarray(denominators)))
+
+
+def measure(name: str, n: int, n_scf: int, models: dict, work: Path, rounds: int = 3) -> dict:
+    """One size: fresh conformers, timed in ``rounds`` rounds (module docstring).
+
+    Each round runs every model's predict command on all ``n`` conformers, then the SCF on its share of the first
+    ``n_scf``, so that each ratio compares timings taken minutes apart, not a run apart.
+
+    The reported command (stages, wall) is the round of median wall time; ``rounds_*`` keep every round.
+    """
     from pyscf import gto
 
     from sciml.hamiltonian.data.gen_molecules import displaced_conformers
@@ -193,11 +219,22 @@ def measure(name: str, n: int, n_scf: int, models: dict, work: Path) -> dict:
     paths = write_xyz(work / name, name, numbers, positions)
     mol = gto.M(atom=[(int(z), tuple(p)) for z, p in zip(numbers, ref, strict=True)], basis="def2-svp", verbose=0)
     row = {"molecule": name, "source": PLAN[name][0], "formula": _formula(numbers),
-           "n_atoms": int(len(numbers)), "n_ao": int(mol.nao), "n_predict": n, "n_scf": n_scf}
-    for label, (model, refine) in models.items():
-        row[f"predict_{label}"] = time_command(model, paths, work / f"{name}-{label}-out", refine)
-    row |= time_scf(numbers, positions[:n_scf])
-    for label in models:
+           "n_atoms": int(len(numbers)), "n_ao": int(mol.nao), "n_predict": n, "n_scf": n_scf,
+           "scf_seconds": [], "scf_cpu_seconds": [], "scf_round": [], "converged": True}
+    runs = {label: [] for label in models}
+    for r, share in enumerate(np.array_split(np.arange(n_scf), min(rounds, n_scf))):
+        for label, (model, refine) in models.items():
+            runs[label].append(time_command(model, paths, work / f"{name}-{label}-out", refine))
+        scf = time_scf(numbers, positions[share])
+        for key in ("scf_seconds", "scf_cpu_seconds"):
+            row[key] += scf[key]
+        row["scf_round"] += [r] * len(share)
+        row["converged"] &= scf["converged"]
+    for label, timed in runs.items():
+        walls = [t["wall_seconds"] for t in timed]
+        row[f"predict_{label}"] = timed[int(np.argsort(walls)[len(walls) // 2])] | {
+            "rounds_wall_seconds": walls, "rounds_cpu_seconds": [t["cpu_seconds"] for t in timed],
+            "rounds_stage_seconds": [t["per_molecule_stage_seconds"] for t in timed]}
         row[f"ratios_{label}"] = ratios(row, f"predict_{label}")
     return row
 
@@ -247,6 +284,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="water, ethanol, uracil, 1-3 conformers (a smoke run)")
     parser.add_argument("--no-write", action="store_true", help="print only; leave the results file alone")
     parser.add_argument("--note", default=None, help="what the model is, stored with the results (e.g. a stand-in)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds of [predict commands, a share of the SCFs] per size; ratios are medians over them")
     parser.add_argument("--refine", type=int, default=0, metavar="K",
                         help="also time `predict --refine K` (model_refined) in the same run; key 'speed_refine'")
     args = parser.parse_args()
@@ -265,7 +304,7 @@ def main() -> None:
             n, n_scf = QUICK[name] if args.quick else PLAN[name][1:]
             models = ({"model": (args.model, 0)} | ({"model_refined": (args.model, args.refine)} if args.refine else {})
                       | ({"water_model": (args.water_model, 0)} if name == "water" and not args.refine else {}))
-            rows.append(measure(name, n, n_scf, models, Path(tmp)))
+            rows.append(measure(name, n, n_scf, models, Path(tmp), args.rounds))
             print(f"{name}: done ({time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
     model_meta = json.loads(Path(args.model, "metadata.json").read_text())
     result = {
@@ -276,7 +315,8 @@ def main() -> None:
         "water_model": str(Path(args.water_model).name), "threads": 1, "cpus": os.cpu_count(),
         "machine": platform.processor() or platform.machine(), "seed": SEED, "sigma_angstrom": 0.05,
         "load_average_before": list(load_before), "load_average_after": list(os.getloadavg()),
-        "python_imports_seconds": imports, "seconds": time.perf_counter() - start, "quick": args.quick,
+        "python_imports_seconds": imports, "rounds": args.rounds, "seconds": time.perf_counter() - start,
+        "quick": args.quick,
         "ratio_grows_with_size": grows(rows, "model", "scf_over_predict"),
         "marginal_ratio_grows_with_size": grows(rows, "model", "scf_over_predict_marginal"),
         "refine_steps": args.refine, "molecules": rows,
