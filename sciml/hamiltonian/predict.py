@@ -53,12 +53,12 @@ def read_xyz(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
 
 def check_elements(numbers, layout: OrbitalLayout, source: str) -> None:
     """Raise a one-line ValueError naming elements the model was not trained on."""
-    from pymatgen.core import Element
+    from ase.data import chemical_symbols
 
     unknown = sorted({int(z) for z in numbers} - set(layout.elements()))
     if unknown:
-        names = ", ".join(Element.from_Z(z).symbol for z in unknown)
-        known = ", ".join(Element.from_Z(z).symbol for z in layout.elements())
+        names = ", ".join(chemical_symbols[z] for z in unknown)
+        known = ", ".join(chemical_symbols[z] for z in layout.elements())
         raise ValueError(f"{source}: element(s) {names} are outside the trained orbital basis ({known}); "
                          "use a model trained on these elements")
 

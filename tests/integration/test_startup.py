@@ -114,10 +114,13 @@ def test_infinite_interval_note():
     assert "1 of 3 calibration groups" in groups and "smallest: 3" in groups and "--alpha 0.25" in groups
 
 
-def test_hamiltonian_predict_path_skips_dynamo_and_pandas():
-    """Loading an equivariant model and reading an .xyz import neither (1.2 s and 0.4 s of every predict command)."""
-    code = ("from sciml.hamiltonian.artifact import load_model\nfrom sciml.hamiltonian.predict import read_xyz\n"
-            "load_model('checkpoints/water-pbe-def2svp')\nnumbers, pos = read_xyz('examples/hamiltonian/water.xyz')\n"
-            "OUT = [sorted(m for m in ('torch._dynamo', 'pandas') if m in sys.modules), numbers.tolist()]")
+def test_hamiltonian_predict_path_skips_dynamo_pandas_and_pymatgen():
+    """Loading an equivariant model and reading an .xyz import none of them (1.2, 0.4 and 0.5 s of each command)."""
+    code = ("from sciml.hamiltonian.artifact import load_model\n"
+            "from sciml.hamiltonian.predict import check_elements, read_xyz\n"
+            "p = load_model('checkpoints/water-pbe-def2svp')\n"
+            "numbers, pos = read_xyz('examples/hamiltonian/water.xyz')\n"
+            "check_elements(numbers, p.layout, 'water.xyz')\n"
+            "OUT = [sorted(m for m in ('torch._dynamo', 'pandas', 'pymatgen') if m in sys.modules), numbers.tolist()]")
     got = imported_after(code)
     assert got["out"] == [[], [8, 1, 1]] and "e3nn" in got["heavy"]

@@ -6,8 +6,9 @@ build it, recorded with the data and the model so that prediction builds H0 the 
 ``"full"``
     Exact four-centre Coulomb, XC on the SCF's grid (``grid_level``, default 3): the shared data's H0.
 ``"fast"``
-    Coulomb by density fitting (``def2-universal-jfit``; ``-jkfit`` when exact exchange is needed: Hartree–Fock
-    and hybrid functionals), XC on grid level 1. For uracil (132 AOs) it is ~5x
+    Coulomb by density fitting (``def2-universal-jfit``, :class:`~sciml.hamiltonian.data.coulomb_fit.CoulombFit`;
+    ``-jkfit`` and pyscf's ``DF`` when exact exchange is needed: Hartree–Fock and hybrid functionals), XC on grid
+    level 1. For uracil (132 AOs) it is ~5x
     cheaper than ``"full"`` and differs from it by a mean |ΔH0| ≈ 2 µHa (max ≈ 0.15 mHa), far below
     |H − H0| ≈ 6–17 mHa; the model learns ``H − H0`` for the H0 it is given, so training and prediction must agree.
     Its XC integral runs over the grid in blocks of about :data:`XC_WORK_MB` (the DF Coulomb keeps pyscf's memory
@@ -70,6 +71,10 @@ def fock_solver(mol, xc: str, grid_level: int = 3, method: str = "full", keep_fa
         mf.grids.level = grid_level if level is None else level
     if density_fit:
         mf = mf.density_fit(auxbasis=JKFIT if exchange else JFIT)  # the DF object keeps mol.max_memory
+        if not exchange:  # Coulomb only: (ij|P) and chol((P|Q)), half pyscf's set-up (coulomb_fit)
+            from sciml.hamiltonian.data.coulomb_fit import CoulombFit
+
+            mf.with_df = CoulombFit(mol, JFIT)
         if keep_factors:
             mf.with_df.build()  # the factors in memory: J is then one contraction per build
         mf.max_memory = lib.current_memory()[0] + XC_WORK_MB  # RKS.get_veff: XC blocks get max_memory − current

@@ -88,6 +88,8 @@ class TwoGridFock:
     @property
     def nbytes(self) -> int:
         """Bytes held between builds: the fine solver's density-fitting factors and the coarse AO values."""
-        cderi = getattr(getattr(self.fine, "with_df", None), "_cderi", None)
-        held = cderi.nbytes if isinstance(cderi, np.ndarray) else 0
+        with_df = getattr(self.fine, "with_df", None)
+        held = getattr(with_df, "nbytes", 0)
+        if not held and isinstance(getattr(with_df, "_cderi", None), np.ndarray):  # pyscf's DF (exchange)
+            held = with_df._cderi.nbytes
         return held + (0 if self._coarse is None else self._coarse._numint.cached_bytes)
