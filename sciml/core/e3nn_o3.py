@@ -7,8 +7,9 @@ sciml compiles. Here e3nn is imported with that decorator deferred: the decorate
 ``torch._dynamo`` is not loaded (nothing can then be tracing it) and through ``torch._dynamo.disable`` once it is,
 so ``torch.compile`` still sees the graph break e3nn asks for.
 
-Use ``from sciml.core.e3nn_o3 import o3`` where a module would write ``from e3nn import o3``. Only the first import in
-a process matters; when ``e3nn.o3`` is already loaded this is a plain import.
+Use ``from sciml.core.e3nn_o3 import o3`` where a module would write ``from e3nn import o3`` (and ``e3nn_nn`` for
+``e3nn.nn``, which imports ``e3nn.o3`` itself). Only the first import in a process matters; when ``e3nn.o3`` is
+already loaded this is a plain import.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from contextlib import contextmanager
 
 import torch
 
-__all__ = ["deferred_disable", "o3"]
+__all__ = ["deferred_disable", "e3nn_nn", "o3"]
 
 
 def deferred_disable(fn=None, recursive: bool = True, **kwargs):
@@ -61,7 +62,9 @@ def _compiler_disable_deferred():
 
 
 if "e3nn.o3" in sys.modules:
+    from e3nn import nn as e3nn_nn
     from e3nn import o3
 else:
     with _compiler_disable_deferred():
+        from e3nn import nn as e3nn_nn
         from e3nn import o3

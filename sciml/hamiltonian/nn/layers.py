@@ -12,10 +12,9 @@
 from __future__ import annotations
 
 import torch
-from e3nn.nn import Gate
 from torch import nn
 
-from sciml.core.e3nn_o3 import o3
+from sciml.core.e3nn_o3 import e3nn_nn, o3
 
 
 def gate_irreps(irreps: o3.Irreps) -> tuple[o3.Irreps, o3.Irreps, o3.Irreps]:
@@ -32,7 +31,7 @@ class GatedLinear(nn.Module):
     def __init__(self, irreps_in, irreps_out) -> None:
         super().__init__()
         scalars, gates, gated = gate_irreps(irreps_out)
-        self.gate = Gate(scalars, [nn.functional.silu], gates, [torch.sigmoid], gated)
+        self.gate = e3nn_nn.Gate(scalars, [nn.functional.silu], gates, [torch.sigmoid], gated)
         self.linear = o3.Linear(irreps_in, self.gate.irreps_in)
         self.irreps_in, self.irreps_out = o3.Irreps(irreps_in), self.gate.irreps_out
 
