@@ -28,6 +28,11 @@ def test_coulomb_matches_pyscf_density_fitting_for_any_density_stack():
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-11 * np.abs(want).max())
     np.testing.assert_allclose(fit.get_jk(dms[1], with_k=False)[0], want[1], rtol=0, atol=1e-11 * np.abs(want).max())
     assert fit._cderi is None and fit.nbytes == fit._int3c.nbytes  # pyscf's factors were never built
+    moved = mol.set_geom_(np.asarray(mol.atom_coords(unit="Angstrom")) * 1.05, unit="Angstrom", inplace=False)
+    fit.reset(moved)  # a new geometry: the kept factors are dropped and rebuilt
+    assert fit._int3c is None and fit.nbytes == 0
+    np.testing.assert_allclose(fit.get_jk(dms[0], with_k=False)[0],
+                               df.DF(moved, auxbasis=JFIT).get_jk(dms[0], with_k=False)[0], rtol=0, atol=1e-10)
 
 
 def test_exchange_and_large_tensors_go_to_pyscf():

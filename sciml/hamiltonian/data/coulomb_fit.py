@@ -42,6 +42,11 @@ class CoulombFit(df.DF):
         self._int3c: np.ndarray | None = None
         self._metric = None
 
+    def reset(self, mol=None):
+        """Drop the kept factors (and pyscf's), e.g. for a new geometry."""
+        self._int3c, self._metric = None, None
+        return super().reset(mol)
+
     def build(self):
         """Compute ``(ij|P)`` (packed ``i ≥ j``) and the Cholesky factor of ``V``; else pyscf's factors."""
         if self._int3c is not None or self._cderi is not None:
