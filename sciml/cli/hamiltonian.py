@@ -21,7 +21,8 @@ def add_parser(sub, name: str) -> None:
     q = verbs.add_parser("predict",
                          help="predict H and orbital energies (molecules, .xyz) or H(R) and bands (crystals)")
     q.add_argument("inputs", nargs="+",
-                   help=".xyz files (one molecule each, Å); with a crystal model: CIF/POSCAR files or DeepH folders")
+                   help=".xyz files (Å; each frame of a multi-frame file is one molecule, folder <stem>_<k>); "
+                        "with a crystal model: CIF/POSCAR files or DeepH folders")
     q.add_argument("--model", default=None, help="artifact folder (default: checkpoints/water-pbe-def2svp)")
     q.add_argument("--output", required=True, help="output folder (one sub-folder per input)")
     q.add_argument("--alpha", type=float, default=0.1, help="miscoverage of the conformal intervals")

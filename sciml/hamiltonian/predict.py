@@ -33,21 +33,25 @@ from sciml.hamiltonian.structure import HamiltonianStructure
 from sciml.hamiltonian.units import HARTREE_EV
 
 
-def read_xyz(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
-    """Atomic numbers ``(n,)`` and positions ``(n, 3)`` in Å of a single-frame ``.xyz`` file.
+def read_frames(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
+    """Atomic numbers ``(n,)`` and positions ``(n_frames, n, 3)`` in Å of a (multi-frame) ``.xyz`` file.
 
     Parsed by :func:`sciml.hamiltonian.data.gen_molecules.read_xyz_frames` (ase; its one-line errors for
-    unreadable files, unknown elements, NaN or duplicated atoms).
+    unreadable files, unknown elements, NaN or duplicated atoms, frames with other atoms).
     """
     from sciml.hamiltonian.data.gen_molecules import read_xyz_frames
 
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
-    numbers, frames = read_xyz_frames(path)
+    return read_xyz_frames(path)
+
+
+def read_xyz(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
+    """Atomic numbers ``(n,)`` and positions ``(n, 3)`` in Å of a single-frame ``.xyz`` file."""
+    numbers, frames = read_frames(path)
     if len(frames) != 1:
-        raise ValueError(f"{path}: holds {len(frames)} frames; predict takes one molecule per .xyz file; write "
-                         "each frame to its own file")
+        raise ValueError(f"{path}: holds {len(frames)} frames; expected one molecule")
     return numbers, frames[0]
 
 
@@ -345,7 +349,9 @@ def predict_files(paths, predictor: HamiltonianPredictor, output: str | Path, al
                   shift_aware: bool = False, min_ess: float = 50.0, batch_size: int = 16,
                   max_pairs: int = MAX_PAIRS, timings: dict | None = None, residual: bool = False,
                   refine: int = 0, cache_mb: float | None = None):
-    """Yield one summary row per ``.xyz`` file after writing its folder ``<output>/<stem>/``.
+    """Yield one summary row per molecule after writing its folder ``<output>/<stem>/``.
+
+    Each frame ``k`` of a multi-frame ``.xyz`` is one molecule, written to ``<stem>_<k>/`` (:func:`_molecules`).
 
     Inputs stream through in chunks: pyscf builds S and H0 of each input (one ``Mole`` per input), and when the
     chunk holds ``batch_size`` molecules, or the next one would take it past ``max_pairs`` directed atom pairs
@@ -382,22 +388,22 @@ def predict_files(paths, predictor: HamiltonianPredictor, output: str | Path, al
         raise ValueError("--refine and --shift-aware: shift-aware intervals are for unrefined predictions; drop one")
     cache = (CACHE_MB if cache_mb is None else cache_mb) if refine else 0.0
     output, paths = Path(output), list(paths)
-    size, pairs = (len(paths), math.inf) if shift_aware else (batch_size, max_pairs)
+    size, pairs = (math.inf, math.inf) if shift_aware else (batch_size, max_pairs)
     bar = tqdm(total=len(paths), desc="molecules", unit="structure", file=sys.stderr,
                disable=None if progress else True)
-    flush = partial(_predict_chunk, paths=paths, predictor=predictor, output=output, alpha=alpha, beta=beta,
+    flush = partial(_predict_chunk, predictor=predictor, output=output, alpha=alpha, beta=beta,
                     shift_aware=shift_aware, min_ess=min_ess, plot=plot, bar=bar, timings=timings,
                     residual=residual, refine=refine)
-    pending: list[tuple[int, tuple]] = []  # (input index, (structure, S, reference, solver)) waiting for the network
+    pending: list[tuple[str, tuple]] = []  # (folder name, (structure, S, reference, solver)) waiting for the network
     try:
-        for k, path in enumerate(paths):
-            item = _prepare(path, predictor, references[k] if references else None, bar, timings, cache)
+        for name, source, numbers, positions, reference in _molecules(paths, references, predictor, bar, timings):
+            item = _prepare(source, numbers, positions, predictor, reference, bar, timings, cache)
             held = sum(len(it[0].numbers) ** 2 for _, it in pending)
             held_mb = sum(_solver_mb(it[3]) for _, it in pending)
             if pending and (held + len(item[0].numbers) ** 2 > pairs or held_mb + _solver_mb(item[3]) > cache):
                 yield from flush(pending)
                 pending = []
-            pending.append((k, item))
+            pending.append((name, item))
             if len(pending) >= size:
                 yield from flush(pending)
                 pending = []
@@ -412,25 +418,25 @@ def _solver_mb(solver) -> float:
     return 0.0 if solver is None else solver.nbytes / 1e6
 
 
-def _predict_chunk(pending, paths, predictor, output: Path, alpha, beta, shift_aware, min_ess, plot, bar, timings,
+def _predict_chunk(pending, predictor, output: Path, alpha, beta, shift_aware, min_ess, plot, bar, timings,
                    residual: bool = False, refine: int = 0):
-    """One network call for the prepared inputs ``[(index, (structure, S, reference, solver))]``; write, yield rows."""
+    """One network call for the prepared ``[(folder name, (structure, S, reference, solver))]``; write, yield rows."""
     bar.set_postfix_str(f"network ({len(pending)} molecule(s))")
     with _timed(timings, "network"):
         results = predict_structures([it[0] for _, it in pending], predictor, alpha, beta, shift_aware, min_ess)
     if timings is not None:
         timings["network_calls"] = timings.get("network_calls", 0) + 1
-    for (k, (structure, s_pyscf, reference, solver)), result in zip(pending, results, strict=True):
-        folder = output / Path(paths[k]).stem
+    for (name, (structure, s_pyscf, reference, solver)), result in zip(pending, results, strict=True):
+        folder = output / name
         if refine:
-            bar.set_postfix_str(f"{Path(paths[k]).name}: refine ({refine} Fock builds)")
+            bar.set_postfix_str(f"{name}: refine ({refine} Fock builds)")
             with _timed(timings, "refine"):
                 result = refine_result(structure, result, s_pyscf, solver, predictor, refine, alpha)
         if residual:
-            bar.set_postfix_str(f"{Path(paths[k]).name}: SCF residual")
+            bar.set_postfix_str(f"{name}: SCF residual")
             with _timed(timings, "residual"):
                 result |= residual_fields(structure, result, predictor, alpha)
-        bar.set_postfix_str(f"{Path(paths[k]).name}: write")
+        bar.set_postfix_str(f"{name}: write")
         with _timed(timings, "write"):
             row = write_prediction(folder, structure, result, s_pyscf, predictor, reference)
             if plot:
@@ -441,27 +447,44 @@ def _predict_chunk(pending, paths, predictor, output: Path, alpha, beta, shift_a
         yield row
 
 
-def _prepare(path, predictor: HamiltonianPredictor, reference_path, bar, timings: dict | None = None,
-             cache_mb: float = 0.0):
-    """Read one ``.xyz``, build its S and H0 with pyscf.
+def _molecules(paths, references, predictor: HamiltonianPredictor, bar, timings: dict | None):
+    """Yield ``(folder name, source, numbers (n,), positions (n, 3) Å, reference path or None)`` per molecule.
+
+    Each frame of a multi-frame ``.xyz`` is one molecule: source ``file.xyz@k``, folder ``<stem>_<k>`` (k from 0,
+    four digits); a single-frame file keeps ``<stem>``. ``--reference`` pairs one H with each single-frame file.
+    """
+    for k, path in enumerate(paths):
+        with _timed(timings, "read"):
+            numbers, frames = read_frames(path)
+            check_elements(numbers, predictor.layout, str(path))
+        if len(frames) == 1:
+            yield Path(path).stem, str(path), numbers, frames[0], references[k] if references else None
+            continue
+        if references:
+            raise ValueError(f"{path}: holds {len(frames)} frames; --reference takes one H per single-frame .xyz")
+        bar.total += len(frames) - 1
+        bar.refresh()
+        for f, positions in enumerate(frames):
+            yield f"{Path(path).stem}_{f:04d}", f"{path}@{f}", numbers, positions, None
+
+
+def _prepare(source: str, numbers, positions, predictor: HamiltonianPredictor, reference_path, bar,
+             timings: dict | None = None, cache_mb: float = 0.0):
+    """Build one molecule's S and H0 with pyscf (``source`` names it in messages and rows).
 
     Returns ``(structure, S (pyscf order), reference H or None, Fock builds or None)``; the builds
     (:class:`~sciml.hamiltonian.data.two_grid.TwoGridFock`, ``cache_mb`` > 0) are kept for the refinement.
     """
-    bar.set_postfix_str(f"{Path(path).name}: pyscf H0, S")
-    with _timed(timings, "read"):
-        numbers, positions = read_xyz(path)
-        check_elements(numbers, predictor.layout, str(path))
+    bar.set_postfix_str(f"{Path(source).name}: pyscf H0, S")
     with _timed(timings, "h0_overlap"):
-        mats = zeroth_step(numbers, positions, predictor.basis, predictor.xc, predictor.layout, str(path),
+        mats = zeroth_step(numbers, positions, predictor.basis, predictor.xc, predictor.layout, source,
                            h0=predictor.h0, cache_mb=cache_mb)
-        structure = structure_from_matrices(numbers, positions, mats, predictor.layout, mats["n_occupied"],
-                                            str(path))
+        structure = structure_from_matrices(numbers, positions, mats, predictor.layout, mats["n_occupied"], source)
     reference = None
     if reference_path is not None:
         with _timed(timings, "read"):
             reference = np.load(reference_path, allow_pickle=False)
         if reference.shape != mats["S"].shape:
             raise ValueError(f"{reference_path}: reference H has shape {reference.shape}, the molecule in "
-                             f"{path} needs {mats['S'].shape} (pyscf AO order, {predictor.basis})")
+                             f"{source} needs {mats['S'].shape} (pyscf AO order, {predictor.basis})")
     return structure, mats["S"], reference, mats.get("solver")

@@ -92,10 +92,7 @@ def test_bad_inputs_are_one_line_errors(tiny_run, tmp_path, capsys):
                     [[0, 0, 0], [0, 0.94, 0.38], [0.81, -0.47, 0.38], [-0.81, -0.47, 0.38]])
     bad = tmp_path / "bad.xyz"
     bad.write_text("three\nnot a number\nO 0 0\n")
-    two = tmp_path / "two.xyz"
-    two.write_text("1\na\nH 0 0 0\n1\nb\nH 0 0 0.1\n")
     cases = {str(nh3): "outside the trained orbital basis", str(bad): "not a readable xyz",
-             str(two): "holds 2 frames; predict takes one molecule per .xyz file",
              str(tmp_path / "missing.xyz"): "no such file"}
     for path, message in cases.items():
         assert main(["hamiltonian", "predict", "--model", model, path, "--output", str(tmp_path / "o")]) == 2
@@ -187,3 +184,28 @@ def test_crystal_fit_export_and_predict_a_held_out_crystal_cli(tmp_path, capsys)
                  "--output", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert "needs H0 and S" in err and len(err.splitlines()) == 1
+
+
+def test_each_frame_of_a_multi_frame_xyz_is_one_molecule(tmp_path, capsys):
+    """Frame k of ``traj.xyz`` is predicted as if it were its own file, into ``traj_000k``; no --reference pairing."""
+    pytest.importorskip("pyscf")
+    from sciml.hamiltonian.predict import read_xyz
+
+    numbers, pos = read_xyz(ROOT / "examples" / "hamiltonian" / "water.xyz")
+    frames = [pos, pos + np.array([[0.0, 0.0, 0.0], [0.02, 0.0, 0.0], [0.0, -0.02, 0.01]])]
+    singles = [write_xyz(tmp_path / f"f{k}.xyz", "OHH", f) for k, f in enumerate(frames)]
+    multi = tmp_path / "traj.xyz"
+    multi.write_text("".join(p.read_text() for p in singles))
+    run = ["hamiltonian", "predict", "--model", str(SHIPPED), "--no-progress", "--output"]
+    assert main([*run, str(tmp_path / "m"), str(multi)]) == 0
+    assert main([*run, str(tmp_path / "s"), *map(str, singles)]) == 0
+    for k in range(2):
+        got = json.loads((tmp_path / "m" / f"traj_{k:04d}" / "eigenvalues.json").read_text())
+        want = json.loads((tmp_path / "s" / f"f{k}" / "eigenvalues.json").read_text())
+        assert got["source"] == f"{multi}@{k}"
+        np.testing.assert_allclose(got["orbital_energies_hartree"], want["orbital_energies_hartree"], rtol=0,
+                                   atol=1e-10)
+    capsys.readouterr()
+    assert main([*run, str(tmp_path / "r"), str(multi), "--reference", str(tmp_path / "h.npy")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and "holds 2 frames; --reference takes one H" in err and len(err.splitlines()) == 1
