@@ -24,7 +24,7 @@ def add_parser(sub, name: str) -> None:
                    help=".xyz files (Å; each frame of a multi-frame file is one molecule, folder <stem>_<k>); "
                         "with a crystal model: CIF/POSCAR files or DeepH folders")
     q.add_argument("--model", default=None, help="artifact folder (default: checkpoints/water-pbe-def2svp)")
-    q.add_argument("--output", required=True, help="output folder (one sub-folder per input)")
+    q.add_argument("--output", required=True, help="output folder (one sub-folder per molecule or crystal)")
     q.add_argument("--alpha", type=float, default=0.1, help="miscoverage of the conformal intervals")
     q.add_argument("--reference", nargs="*", default=None,
                    help="reference H (.npy, pyscf AO order, Hartree; crystals: a DeepH folder with H), one per input")
