@@ -7,6 +7,8 @@ matrix entries. Reciprocal space (molecules: the Γ point): orbital energies ε 
 
 differentiable through ``torch.linalg.eigvalsh`` (the loss sees eigenvalues only, never eigenvectors, so
 near-degenerate levels give finite gradients). See ``refs/HAMILTONIAN.md`` for NextHAM's projected variant.
+Density (molecules, optional): the first-order change of the occupied density, the occupied–virtual block of the
+error weighted by the inverse gap (:func:`density_error`).
 """
 
 from __future__ import annotations
@@ -87,6 +89,33 @@ def orbital_energies(h_flat: torch.Tensor, batch) -> torch.Tensor:
     return torch.cat(out) if out else h_flat.new_zeros(0)
 
 
+def density_error(h_flat: torch.Tensor, ref_flat: torch.Tensor, batch) -> torch.Tensor:
+    r"""Squared first-order error of the closed-shell density, ``‖δD‖²_F`` per graph ``(G,)`` (electrons²).
+
+    In the Löwdin basis (``X = S^{-1/2}``) the reference ``X H_ref X = U diag(ε) Uᵀ`` has occupied orbitals
+    ``u_i`` (the ``n_occ`` lowest) and virtual ``u_a``. An error ``δ = X (H − H_ref) X`` moves the density
+    ``D = 2 Σ_i u_i u_iᵀ`` to first order (Rayleigh–Schrödinger) by
+
+        δD = 2 Σ_{i,a} κ_ia (u_i u_aᵀ + u_a u_iᵀ),    κ_ia = −(Uᵀ δ U)_ia / (ε_a − ε_i),
+
+    so ``‖δD‖²_F = 8 Σ_ia κ_ia²``. Only the occupied–virtual block of the error counts, weighted by the inverse
+    gap: the part of an H error that changes the density, which the Fock build of a self-consistent refinement
+    (:mod:`sciml.hamiltonian.refine`) turns back into H errors. The reference orbitals carry no gradient; the
+    closed-shell gap keeps the weights finite, and degenerate occupied (or virtual) levels do not enter.
+    """
+    out = []
+    for g, (n, occ) in enumerate(zip(batch.n_ao.tolist(), batch.n_occ.tolist(), strict=True)):
+        a, b = int(batch.mat_ptr[g]), int(batch.mat_ptr[g + 1])
+        x = batch.s_inv_half[a:b].reshape(n, n).to(h_flat)
+        with torch.no_grad():
+            eps, u = torch.linalg.eigh(x @ ref_flat[a:b].reshape(n, n).to(h_flat) @ x)
+            gap = eps[occ:][None, :] - eps[:occ][:, None]  # (occ, n − occ), > 0 for a closed shell
+        delta = x @ (h_flat[a:b] - ref_flat[a:b].to(h_flat)).reshape(n, n) @ x
+        kappa = (u[:, :occ].T @ delta @ u[:, occ:]) / gap
+        out.append(8.0 * (kappa ** 2).sum())
+    return torch.stack(out) if out else h_flat.new_zeros(0)
+
+
 def matrix_mae(h_flat: torch.Tensor, ref_flat: torch.Tensor, batch) -> torch.Tensor:
     """Mean absolute error over all matrix entries, per graph ``(G,)`` (Hartree)."""
     err = (h_flat - ref_flat).abs()
@@ -104,9 +133,9 @@ def gauge_shift(h_flat: torch.Tensor, ref_flat: torch.Tensor, batch) -> torch.Te
 
 
 def hamiltonian_loss(pred_norm: tuple, target_norm: tuple, masks: tuple, eps_pred: torch.Tensor | None,
-                     eps_ref: torch.Tensor, weights: dict, component_weights: tuple | None = None
-                     ) -> dict[str, torch.Tensor]:
-    """Weighted sum of the real-space term and the orbital-energy term.
+                     eps_ref: torch.Tensor, weights: dict, component_weights: tuple | None = None,
+                     density: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """Weighted sum of the real-space term, the orbital-energy term and (optionally) the density term.
 
     Parameters
     ----------
@@ -126,10 +155,13 @@ def hamiltonian_loss(pred_norm: tuple, target_norm: tuple, masks: tuple, eps_pre
     component_weights : tuple, optional
         (node, edge) weights of each squared component, shaped like ``masks`` (see :func:`channel_weights`);
         None weighs every normalised component alike.
+    density : torch.Tensor, optional
+        ``(G,)`` squared first-order density errors (:func:`density_error`), electrons²; their mean is weighted by
+        ``weights["density"]`` (default 0: the term is off).
 
     Returns
     -------
-    dict with ``loss``, ``real``, ``eig`` (scalars).
+    dict with ``loss``, ``real``, ``eig``, ``density`` (scalars).
 
     """
     cw = component_weights or (1.0, 1.0)
@@ -138,8 +170,9 @@ def hamiltonian_loss(pred_norm: tuple, target_norm: tuple, masks: tuple, eps_pre
     eig = torch.zeros((), dtype=torch.float64, device=real.device)
     if eps_pred is not None and weights.get("eig", 0) > 0:
         eig = (((eps_pred - eps_ref) / weights.get("eig_scale", 1e-3)) ** 2).mean()
-    loss = weights.get("real", 1.0) * real + weights.get("eig", 0.0) * eig
-    return {"loss": loss, "real": real.detach(), "eig": eig.detach()}
+    dens = density.mean() if density is not None and len(density) else torch.zeros_like(eig)
+    loss = weights.get("real", 1.0) * real + weights.get("eig", 0.0) * eig + weights.get("density", 0.0) * dens
+    return {"loss": loss, "real": real.detach(), "eig": eig.detach(), "density": dens.detach()}
 
 
 def channel_weights(stds: tuple, power: float) -> tuple[torch.Tensor, ...]:

@@ -3,8 +3,9 @@
 The model (ridge base + equivariant network, :mod:`sciml.hamiltonian.model`) predicts ``ΔH = H − H0``; this
 module adds what training needs. The loss is the normalised block MSE plus an energy term
 (:func:`~sciml.hamiltonian.loss.hamiltonian_loss`): molecules, the generalised eigenvalues of the assembled
-matrix (orbital energies); crystals, the band energies at the generator's SCF k-mesh. ``val_mae`` (model
-selection) is the MAE of H matrix entries in µHartree.
+matrix (orbital energies); crystals, the band energies at the generator's SCF k-mesh; molecules optionally the
+first-order density error (``loss.density``). ``val_mae`` (model selection) is the MAE of H matrix entries in
+µHartree; ``val_density`` the mean ‖δD‖_F (electrons).
 """
 
 from __future__ import annotations
@@ -12,7 +13,14 @@ from __future__ import annotations
 import lightning as L
 import torch
 
-from sciml.hamiltonian.loss import block_mae, channel_weights, hamiltonian_loss, matrix_mae, orbital_energies
+from sciml.hamiltonian.loss import (
+    block_mae,
+    channel_weights,
+    density_error,
+    hamiltonian_loss,
+    matrix_mae,
+    orbital_energies,
+)
 from sciml.hamiltonian.model import HamiltonianModel
 from sciml.hamiltonian.units import HARTREE_MEV
 
@@ -25,8 +33,9 @@ class HamiltonianModule(HamiltonianModel, L.LightningModule):
     network, layout, stats, meta, ridge, overlap_filter, input_clip, readout_cutoff
         The model's (:class:`~sciml.hamiltonian.model.HamiltonianModel`).
     loss : dict
-        ``real``, ``eig``, ``eig_scale`` weights (see :func:`hamiltonian_loss`) and ``real_scale_power``
-        (0: every normalised irrep instance alike; 2: squared error in Hartree; see :func:`channel_weights`).
+        ``real``, ``eig``, ``eig_scale`` weights (see :func:`hamiltonian_loss`), ``real_scale_power``
+        (0: every normalised irrep instance alike; 2: squared error in Hartree; see :func:`channel_weights`) and
+        ``density`` (molecules: weight of the squared first-order density error, :func:`density_error`; 0 = off).
     optim : dict
         ``lr``, ``weight_decay``, ``scheduler`` (``cosine``, ``onecycle`` or ``none``), ``min_lr_ratio``.
 
@@ -39,7 +48,8 @@ class HamiltonianModule(HamiltonianModel, L.LightningModule):
         super().__init__(network, layout, stats, meta, ridge, overlap_filter, input_clip, readout_cutoff, loss=loss,
                          optim=optim)
         self.save_hyperparameters()
-        self.loss_weights = {"real": 1.0, "eig": 0.0, "eig_scale": 1e-3, "real_scale_power": 0.0} | (loss or {})
+        self.loss_weights = {"real": 1.0, "eig": 0.0, "eig_scale": 1e-3, "real_scale_power": 0.0,
+                             "density": 0.0} | (loss or {})
         self.optim = {"lr": 2e-3, "weight_decay": 0.0, "scheduler": "cosine", "min_lr_ratio": 0.01} | (optim or {})
 
     def _step(self, batch, stage: str) -> torch.Tensor:
@@ -51,6 +61,7 @@ class HamiltonianModule(HamiltonianModel, L.LightningModule):
         need_eig = self.loss_weights["eig"] > 0 or stage != "train"
         masks = ((self.node_mask & self.norms["y_node"].alive())[nt],
                  (self.edge_mask & self.norms["y_edge"].alive())[et])
+        density = None
         if batch.periodic:
             eps, ref = (self.bands(batch, out) if need_eig else None) or (None, None)
             if eps is None and self.loss_weights["eig"] > 0:
@@ -63,13 +74,17 @@ class HamiltonianModule(HamiltonianModel, L.LightningModule):
             h = self.matrices(batch, out)
             eps, ref = (orbital_energies(h, batch) if need_eig else None), batch.y
             mae = matrix_mae(h.detach(), batch.h, batch).mean() * 1e6
+            if self.loss_weights["density"] > 0 or stage != "train":
+                density = density_error(h, batch.h, batch)
         cw = channel_weights((self.norms["y_node"].std, self.norms["y_edge"].std),
                              self.loss_weights["real_scale_power"])
         loss = hamiltonian_loss((out["node"].double(), out["edge"].double()), target, masks, eps, ref,
-                                self.loss_weights, (cw[0][nt], cw[1][et]))
+                                self.loss_weights, (cw[0][nt], cw[1][et]), density)
         n = batch.num_graphs
         self.log(f"{stage}_loss", loss["loss"], prog_bar=stage == "train", batch_size=n, sync_dist=True)
         self.log(f"{stage}_mae", mae, prog_bar=stage != "train", batch_size=n, sync_dist=True)
+        if density is not None:
+            self.log(f"{stage}_density", density.detach().sqrt().mean(), batch_size=n, sync_dist=True)
         if eps is not None:
             eig_mae = (eps.detach() - ref).abs().mean() * HARTREE_MEV
             self.log(f"{stage}_eig_mae_mev", eig_mae, batch_size=n, sync_dist=True)

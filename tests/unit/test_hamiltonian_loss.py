@@ -16,6 +16,7 @@ from sciml.hamiltonian.data.datamodule import bases, collate, structure_to_sampl
 from sciml.hamiltonian.loss import (
     assemble,
     channel_weights,
+    density_error,
     gauge_shift,
     hamiltonian_loss,
     matrix_mae,
@@ -116,3 +117,50 @@ def test_channel_weights_turn_the_normalised_mse_into_a_scaled_one(power):
     want = torch.cat(sq).mean() / scale
     assert torch.allclose(got, want, rtol=1e-12)
     assert cw[1][0, 1] == 0
+
+
+def _lowdin_density(h, x, occ):
+    _, u = np.linalg.eigh(x @ h @ x)
+    return 2.0 * u[:, :occ] @ u[:, :occ].T
+
+
+@pytest.mark.parametrize("degenerate", [False, True])
+def test_density_error_is_the_first_order_density_change(degenerate):
+    """‖δD‖² from the occupied–virtual block matches the exact change of the density to O(t) relative error."""
+    smp, h, s = sample(3, degenerate)
+    batch = collate([smp])
+    x = batch.s_inv_half.reshape(len(h), len(h)).numpy()
+    occ = int(batch.n_occ[0])
+    rng = np.random.default_rng(4)
+    e = rng.normal(size=h.shape)
+    e = e + e.T
+    ref = batch.h.clone().requires_grad_(False)
+    for t in (1e-4, 1e-5):
+        pert = ref + t * torch.from_numpy(e.reshape(-1))
+        exact = np.sum((_lowdin_density(pert.reshape(h.shape).numpy(), x, occ) - _lowdin_density(h, x, occ)) ** 2)
+        first = float(density_error(pert, ref, batch)[0])
+        assert first > 0 and abs(first / exact - 1) < 200 * t  # second-order term relative to the first: O(t)
+    assert float(density_error(ref, ref, batch)[0]) == 0.0
+    pert = (ref + 1e-3 * torch.from_numpy(e.reshape(-1))).requires_grad_(True)
+    density_error(pert, ref, batch).sum().backward()
+    assert torch.isfinite(pert.grad).all() and pert.grad.abs().max() > 0
+
+
+def test_density_error_ignores_changes_inside_the_occupied_and_virtual_spaces():
+    """An error that only mixes occupied with occupied (or virtual with virtual) orbitals leaves D unchanged: 0."""
+    smp, h, _ = sample(5)
+    batch = collate([smp])
+    n, occ = len(h), int(batch.n_occ[0])
+    x = batch.s_inv_half.reshape(n, n).numpy()
+    _, u = np.linalg.eigh(x @ h @ x)
+    rng = np.random.default_rng(6)
+    a, b = rng.normal(size=(occ, occ)), rng.normal(size=(n - occ, n - occ))
+    inner = np.zeros((n, n))
+    inner[:occ, :occ], inner[occ:, occ:] = a + a.T, b + b.T
+    xinv = np.linalg.inv(x)
+    err = xinv @ u @ inner @ u.T @ xinv  # X err X = U inner Uᵀ
+    pert = batch.h + torch.from_numpy(err.reshape(-1))
+    assert float(density_error(pert, batch.h, batch)[0]) < 1e-20
+    zero, keep = (torch.zeros(1),) * 2, (torch.ones(1, dtype=bool),) * 2
+    loss = hamiltonian_loss(zero, zero, keep, None, torch.zeros(0), {"density": 0.5}, density=torch.tensor([2.0, 4.0]))
+    assert float(loss["loss"]) == 1.5 and float(loss["density"]) == 3.0  # weight × mean over graphs

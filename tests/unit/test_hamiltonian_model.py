@@ -166,3 +166,22 @@ def test_readout_cutoff_rejects_bad_settings(bad, match):
     pos, h0, s = reference(rng)
     with pytest.raises(ValueError, match=match):
         build([structure_to_sample(molecule(pos, h0, s), LAYOUT, *bases(LAYOUT))], readout_cutoff=bad)
+
+
+def test_density_term_alone_trains_the_network():
+    """With only the density weight on, the training loss is the mean first-order density error of the assembled
+    matrices, and it sends a gradient to the network (the reference orbitals carry none)."""
+    from sciml.hamiltonian.loss import density_error
+
+    rng = np.random.default_rng(2)
+    samples = [structure_to_sample(molecule(*reference(rng)), LAYOUT, *bases(LAYOUT)) for _ in range(2)]
+    module = build(samples, ridge=True).train()
+    module.loss_weights |= {"real": 0.0, "eig": 0.0, "density": 1.0}
+    batch = collate(samples)
+    loss = module.training_step(batch, 0)
+    with torch.no_grad():
+        expect = density_error(module.matrices(batch, module.outputs(batch)), batch.h, batch).mean()
+    assert float(expect) > 0 and abs(float(loss.detach()) - float(expect)) <= 1e-12 * float(expect)
+    loss.backward()
+    grads = [p.grad for p in module.net.parameters() if p.grad is not None]
+    assert grads and max(float(g.abs().max()) for g in grads) > 0
