@@ -205,7 +205,9 @@ HAMILTONIAN = {
         "loss": Section({"real": Key(1.0, "normalised block MSE weight"), "eig": Key(0.0, "orbital-energy MSE weight"),
                          "eig_scale": Key(1e-3, "orbital-energy scale, Hartree"),
                          "real_scale_power": Key(0.0, "weight of each block irrep in the real-space MSE: its training "
-                                                      "scale to this power (0: all alike; 2: MSE in Hartree)")}),
+                                                      "scale to this power (0: all alike; 2: MSE in Hartree)"),
+                         "density": Key(0.0, "molecules: weight of the squared first-order density error "
+                                             "(occupied-virtual block of the H error over the gap); 0: off")}),
         "optim": Section({"lr": Key(2e-3, "AdamW learning rate"), "weight_decay": Key(0.0, "AdamW weight decay"),
                           "scheduler": Key("cosine", "schedule", "str", ("cosine", "onecycle", "none")),
                           "min_lr_ratio": Key(0.01, "cosine floor as a share of lr")}),
