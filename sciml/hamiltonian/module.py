@@ -63,6 +63,9 @@ class HamiltonianModule(HamiltonianModel, L.LightningModule):
                  (self.edge_mask & self.norms["y_edge"].alive())[et])
         density = None
         if batch.periodic:
+            if self.loss_weights["density"] > 0:
+                raise ValueError("model.loss.density is a molecule term (the Γ-point density); set it to 0 for "
+                                 "crystals")
             eps, ref = (self.bands(batch, out) if need_eig else None) or (None, None)
             if eps is None and self.loss_weights["eig"] > 0:
                 raise ValueError("crystal without kpts / n_occupied in its meta (info.json): the band loss needs "

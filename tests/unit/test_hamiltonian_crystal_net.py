@@ -213,3 +213,6 @@ def test_band_loss_without_kpoints_is_a_clear_error(tmp_path):
         module._step(dm.collate_fn(dm.datasets["train"]), "train")
     module.loss_weights["eig"] = 0.0
     assert torch.isfinite(module._step(dm.collate_fn(dm.datasets["train"]), "train"))
+    module.loss_weights["density"] = 1.0  # the density term is for molecules
+    with pytest.raises(ValueError, match="molecule term"):
+        module._step(dm.collate_fn(dm.datasets["train"]), "train")
