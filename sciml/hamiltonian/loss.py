@@ -107,10 +107,11 @@ def density_error(h_flat: torch.Tensor, ref_flat: torch.Tensor, batch) -> torch.
     for g, (n, occ) in enumerate(zip(batch.n_ao.tolist(), batch.n_occ.tolist(), strict=True)):
         a, b = int(batch.mat_ptr[g]), int(batch.mat_ptr[g + 1])
         x = batch.s_inv_half[a:b].reshape(n, n).to(h_flat)
+        ref = ref_flat[a:b].reshape(n, n).to(h_flat)
         with torch.no_grad():
-            eps, u = torch.linalg.eigh(x @ ref_flat[a:b].reshape(n, n).to(h_flat) @ x)
+            eps, u = torch.linalg.eigh(x @ ref @ x)
             gap = eps[occ:][None, :] - eps[:occ][:, None]  # (occ, n − occ), > 0 for a closed shell
-        delta = x @ (h_flat[a:b] - ref_flat[a:b].to(h_flat)).reshape(n, n) @ x
+        delta = x @ (h_flat[a:b].reshape(n, n) - ref) @ x
         kappa = (u[:, :occ].T @ delta @ u[:, occ:]) / gap
         out.append(8.0 * (kappa ** 2).sum())
     return torch.stack(out) if out else h_flat.new_zeros(0)
