@@ -28,6 +28,7 @@ from sciml.hamiltonian.data.sample import structure_to_sample
 from sciml.hamiltonian.domain import orbital_groups, outside_groups
 from sciml.hamiltonian.embed import h0_embedding
 from sciml.hamiltonian.orbitals import OrbitalLayout
+from sciml.hamiltonian.refine_calibration import core_orbitals
 from sciml.hamiltonian.residual import RESIDUAL_KEYS, residual_fields
 from sciml.hamiltonian.structure import HamiltonianStructure
 from sciml.hamiltonian.units import HARTREE_EV
@@ -254,9 +255,10 @@ def refine_result(structure: HamiltonianStructure, result: dict, s_pyscf: np.nda
         lo = hi = np.full(k, math.nan)
         method, guarantee = "none", False
     elif cal is not None and cal.steps == steps:
-        lo, hi = cal.intervals(eps, eps - before, occ, alpha)
+        lo, hi = cal.intervals(eps, eps - before, occ, alpha, core_orbitals(structure.numbers))
         scaled = ", scaled by each orbital's change in the last build" if cal.floor is not None else ""
-        method = f"split conformal, Mondrian by orbital{scaled}, refined by {steps} Fock builds"
+        core = " (core orbitals one group)" if cal.core else ""
+        method = f"split conformal, Mondrian by orbital{core}{scaled}, refined by {steps} Fock builds"
         guarantee = result["in_domain"] is not False
     else:
         shift = eps - np.asarray(result["orbital_energies"])

@@ -206,3 +206,26 @@ def test_refined_calibration_round_trip_and_bad_steps():
         RefinedCalibration.from_dict(RefinedCalibration(0, cal).to_dict())
     with pytest.raises(ValueError, match="floor"):
         RefinedCalibration.from_dict(RefinedCalibration(5, cal, floor=0.0).to_dict())
+
+
+def test_core_orbitals_get_their_own_refined_group():
+    import torch
+
+    from sciml.hamiltonian.refine_calibration import CORE_GROUP, RefinedCalibration, core_orbitals, refined_groups
+    from sciml.uq.mondrian import MondrianConformal
+
+    assert core_orbitals([8, 1, 1]) == 1 and core_orbitals([6, 6, 7, 1]) == 3 and core_orbitals([1, 1]) == 0
+    groups = refined_groups(7, 5, 2)  # lowest 2 of 5 occupied are core; HOMO -1, LUMO 0
+    assert groups.tolist() == [CORE_GROUP, CORE_GROUP, -3, -2, -1, 0, 1]
+    # a core group with wide scores widens exactly the core orbitals; valence keep their group's width
+    train = torch.cat([torch.full((9,), CORE_GROUP), torch.arange(-3, 2).repeat(9)])
+    scores = torch.cat([torch.full((9,), 0.5), torch.full((45,), 0.01)]).double()
+    cal = MondrianConformal(score="absolute", alpha=0.1).fit(scores, train)
+    fitted = RefinedCalibration.from_dict(RefinedCalibration(5, cal, ["a"], core=True).to_dict())
+    lo, hi = fitted.intervals(np.linspace(-10, 0.5, 7), np.zeros(7), 5, 0.1, n_core=2)
+    np.testing.assert_allclose((hi - lo)[:2], 1.0)
+    np.testing.assert_allclose((hi - lo)[2:], 0.02)
+    old = RefinedCalibration.from_dict({k: v for k, v in fitted.to_dict().items() if k != "core"})
+    assert not old.core  # files fitted before group core orbitals from the HOMO
+    lo, hi = old.intervals(np.linspace(-10, 0.5, 7), np.zeros(7), 5, 0.1, n_core=2)
+    np.testing.assert_allclose(hi - lo, 0.02)  # clamped to the deepest valence group
