@@ -10,10 +10,11 @@ Per simulator case (``configs/data/grn_<setting>.yaml`` with the seed as data an
   val. Each design is fitted on the training doubles outside the fold only, its own choices included, and scored
   on the fold: **masking** (:func:`sciml.perturbation.nn.masking.masking_prior`, ``κ`` chosen on the inner doubles,
   ``τ`` too unless the recipe fixes ``flow.denoise: eb``, with the recipe's ``flow.closure: auto``),
-  **masking_open** (the same without the closure) and
+  **masking_open** (the same without the closure),
   **combination** (:class:`sciml.perturbation.nn.combination.CombinationRule` fitted on the
-  inner doubles, ``λ`` chosen by inner five-fold cross-fitting). Reported: the MSE of each over all scored doubles,
-  divided by the additive baseline's (unclipped, as in ``benchmarks/perturbation.py``).
+  inner doubles, ``λ`` chosen by inner five-fold cross-fitting) and **blend** (the recipe: ``flow.blend`` times
+  masking plus the rest times combination, each part fitted and chosen as alone). Reported: the MSE of each over all
+  scored doubles, divided by the additive baseline's (unclipped, as in ``benchmarks/perturbation.py``).
 * ``test`` (a diagnosis; nothing is chosen on it): every prior as the package builds them
   (:func:`sciml.perturbation.task.build`, choices on training + val) on the test doubles, same ratio.
 
@@ -49,7 +50,8 @@ ROOT = Path(__file__).resolve().parents[1]
 FOLDS = 5
 
 
-PRIORS = ("masking", "masking_open", "combination")  # masking_open: the masking prior with flow.closure off
+PRIORS = ("masking", "masking_open", "combination", "blend")  # masking_open: the masking prior, flow.closure off
+MASKING = ("masking", "masking_open", "blend")
 
 
 def case_config(setting: str, seed: int, work: Path, prior: str) -> dict:
@@ -59,6 +61,8 @@ def case_config(setting: str, seed: int, work: Path, prior: str) -> dict:
         data_cfg = load_config(ROOT / "configs" / "data" / f"grn_{setting}.yaml")["grn"]
         write_h5ad(simulate(data_cfg | {"seed": seed}), path)
     cfg = seeded_case(load_config(ROOT / "configs" / "perturbation" / "grn_default.yaml"), path, seed)
+    if prior != "blend":  # the recipe's blend of masking and combination; the others alone
+        cfg["model"]["flow"] |= {"blend": 1.0}
     if prior == "combination":
         cfg["model"]["flow"] |= {"prior": "combination", "shrink": "auto"}
     if prior == "masking_open":
@@ -98,16 +102,18 @@ def fit_on(models: dict, dm, keys: list[str], seed: int) -> dict:
     """Fit every prior on the doubles ``keys`` only, their own choices included; return the choices."""
     sub = Subset(dm, keys)
     out = {}
-    for name in ("masking", "masking_open"):
+    for name in MASKING:
         fixed = models[name].flow["denoise"] == "eb"  # the recipe's empirical-Bayes singles; else τ is chosen
         models[name].set_flow(kappa="auto", denoise="eb" if fixed else "auto")
         choice = choose_masking(models[name], sub)
         out[name] = {"kappa": choice["kappa"], "denoise": choice["denoise"]}
-    combination = models["combination"]
-    combination.fit_combination(training_doubles(sub), torch.as_tensor(dm.control_matrix().mean(0)), seed)
-    shrink = choose_shrink(combination, sub, seed=seed)["shrink"]
-    combination.set_flow(shrink=shrink)
-    return out | {"combination": {"shrink": shrink}}
+    for name in ("combination", "blend"):
+        model = models[name]
+        model.fit_combination(training_doubles(sub), torch.as_tensor(dm.control_matrix().mean(0)), seed)
+        shrink = choose_shrink(model, sub, seed=seed)["shrink"]
+        model.set_flow(shrink=shrink)
+        out[name] = out.get(name, {}) | {"shrink": shrink}
+    return out
 
 
 def design(dm, models: dict, seed: int) -> dict:
@@ -135,7 +141,8 @@ def run(setting: str, seed: int, work: Path) -> dict:
     for prior, (dm, model) in built.items():
         keys = double_keys(model, dm, "test")
         ratio = float(sq_error(model, dm, keys).mean()) / float(sq_error(model, dm, keys, additive=True).mean())
-        test[prior] = {"ratio": ratio, "chosen": {k: model.flow[k] for k in ("kappa", "denoise", "closure", "shrink")}}
+        test[prior] = {"ratio": ratio, "chosen": {k: model.flow[k] for k in ("kappa", "denoise", "closure", "shrink",
+                                                                          "blend")}}
     dm = built["masking"][0]
     result = design(dm, {prior: model for prior, (_, model) in built.items()}, seed)
     return {"setting": setting, "seed": seed, "design": result, "test": test}

@@ -76,6 +76,11 @@ def _prior_text(flow: dict) -> str:
         if flow.get("closure") is True:
             text += ("; rescaled so that each cell's expected total over the genes is the controls' "
                      "(`flow.closure`: the data are normalised to a fixed total)")
+        if float(flow.get("blend", 1.0)) < 1.0:
+            w = float(flow["blend"])
+            text += (f"; averaged with the combination rule fitted on the training doubles, weights {w:g} and "
+                     f"{1 - w:g} (`flow.blend`; the rule's weight over additive `flow.shrink` = "
+                     f"{flow.get('shrink', 1.0)}, chosen on val)")
     elif prior == "combination":
         text = f"combination (`flow.prior`, weight over additive `flow.shrink` = {flow.get('shrink', 1.0)})"
     else:

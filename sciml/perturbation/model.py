@@ -24,7 +24,7 @@ from sciml.perturbation.nn.masking import masking
 FLOW_DEFAULTS = {"path": "control", "sigma": 0.1, "ot": True, "mmd_weight": 2.0, "mmd_scales": list(RBF_SCALES),
                  "steps": 20, "method": "rk4", "val_steps": 4, "max_genes": None, "prior_dropout": 0.2,
                  "additive_skip": True, "prior": "additive", "combination_hidden": 32,
-                 "remainder_mean": 1.0, "shrink": 1.0, "kappa": 0.0, "denoise": 0.0, "own_genes": "rule",
+                 "remainder_mean": 1.0, "shrink": 1.0, "kappa": 0.0, "denoise": 0.0, "blend": 1.0, "own_genes": "rule",
                  "closure": False, "nonnegative": True, "exact_mean": False, "additive_fallback": False}
 PRIORS = ("additive", "combination", "masking")
 OWN_GENES = ("rule", "additive")
@@ -51,7 +51,7 @@ class PerturbationModel(torch.nn.Module):
         the control path), ``mmd_weight`` λ, ``mmd_scales``, sampling ``steps``/``method``, ``val_steps`` (Euler
         steps of the validation metric), ``max_genes`` (random gene subset per training step, ``None``: all),
         ``prior`` (``additive``, ``combination`` or ``masking``), ``combination_hidden``, ``remainder_mean``, ``kappa``,
-        ``denoise``, ``closure``, ``exact_mean`` (see below).
+        ``denoise``, ``blend``, ``closure``, ``exact_mean`` (see below).
     optim : dict
         Over :data:`OPTIM_DEFAULTS`: ``lr``, ``weight_decay``, ``scheduler`` (``cosine`` or ``none``); used by
         training only.
@@ -77,6 +77,9 @@ class PerturbationModel(torch.nn.Module):
         with ``flow.closure`` (``"auto"``:
         on when the data are closed, see :func:`sciml.perturbation.task.data_closure`) that prior mean is rescaled
         to the controls' expected total per cell (:func:`~sciml.perturbation.nn.masking.close`, buffer ``closure``).
+        ``flow.blend`` ``w`` ∈ [0, 1] (masking only; 1: off) averages that prior mean with the combination rule's,
+        ``w·masking + (1 − w)·(Δa + Δb + λ·(rule − Δa − Δb))``: the model then also holds a fitted rule, and κ, τ
+        are chosen for the masking part alone.
         ``flow.remainder_mean`` ``w`` ∈ [0, 1] shrinks the network's per-condition mean velocity (over the
         condition's cells) to ``w`` times itself for conditions whose singles are all known: ``w = 0`` fixes the
         generated mean effect to the prior mean and the network only shapes the distribution around it.
@@ -127,8 +130,14 @@ class PerturbationModel(torch.nn.Module):
             raise ValueError(f"flow.closure is {self.flow['closure']!r}; use true, false or auto")
         if self.flow["own_genes"] not in OWN_GENES:
             raise ValueError(f"flow.own_genes is {self.flow['own_genes']!r}; known: {list(OWN_GENES)}")
+        blend = self.flow["blend"]
+        if not (isinstance(blend, int | float) and 0.0 <= blend <= 1.0):
+            raise ValueError(f"flow.blend is {blend!r}; use a weight in [0, 1] (1: the prior alone)")
+        if blend < 1.0 and self.flow["prior"] != "masking":
+            raise ValueError(f"flow.blend {blend} averages the masking prior with the combination rule; it needs "
+                             f"flow.prior: masking, not {self.flow['prior']!r} (or set blend: 1)")
         self.combination = None
-        if self.flow["prior"] == "combination":
+        if self.flow["prior"] == "combination" or blend < 1.0:
             self.combination = CombinationRule(int(self.flow["combination_hidden"])).requires_grad_(False)
             self.register_buffer("ctrl_mean", torch.zeros(n_measured))  # μ_0 feature of the rule
         if self.flow["prior"] == "masking":
@@ -218,17 +227,24 @@ class PerturbationModel(torch.nn.Module):
 
         ``Δa + Δb``, or for doubles with both singles known the rule of ``flow.prior`` (:meth:`_double_rule`), with
         the perturbed genes' own columns additive under ``own_genes: additive``; under ``flow.closure`` such a
-        double's row is then rescaled to the controls' expected total (:func:`~sciml.perturbation.nn.masking.close`).
+        double's row is then rescaled to the controls' expected total (:func:`~sciml.perturbation.nn.masking.close`);
+        under ``flow.blend`` ``w < 1`` such a row is ``w`` times that plus ``1 − w`` times the combination rule's.
         """
         total = d.sum(1)
-        rule = self._double_rule(d, pert) if d.shape[1] == 2 else None
-        if rule is None:
+        if d.shape[1] != 2:
+            return total
+        rule = self._double_rule(d, pert)
+        w = float(self.flow["blend"])
+        comb = self._combination_rule(d) if w < 1.0 and self.flow["prior"] == "masking" else None
+        if rule is None and comb is None:
             return total
         rows = (known.all(-1) & valid.all(-1))[:, None]
         both = rows & ~self._own_columns(pert, d.shape[-1]) if self.flow["own_genes"] == "additive" else rows
-        out = torch.where(both, rule, total)
-        if self.flow["closure"] is True:
+        out = total if rule is None else torch.where(both, rule, total)
+        if rule is not None and self.flow["closure"] is True:
             out = torch.where(rows, close(out, self.closure), out)
+        if comb is not None:
+            out = torch.where(rows, w * out + (1.0 - w) * torch.where(both, comb, total), out)
         return out
 
     def _double_rule(self, d: Tensor, pert: Tensor) -> Tensor | None:
@@ -239,10 +255,8 @@ class PerturbationModel(torch.nn.Module):
         """
         if self.flow["additive_fallback"]:
             return None
-        lam = self.shrink()
-        if self.combination is not None and lam != 0.0:
-            total = d.sum(1)
-            return total + lam * (self.combination(d[:, 0], d[:, 1], self.ctrl_mean) - total)
+        if self.flow["prior"] == "combination":
+            return self._combination_rule(d)
         if self.flow["prior"] == "masking":
             kappa = 0.0 if self.flow["kappa"] == "auto" else float(self.flow["kappa"])
             if self.flow["denoise"] == "eb":
@@ -254,6 +268,14 @@ class PerturbationModel(torch.nn.Module):
             var = self.single_var[pert.clamp_min(0)]
             return masking_prior(d[:, 0], d[:, 1], var[:, 0], var[:, 1], kappa, tau)
         return None
+
+    def _combination_rule(self, d: Tensor) -> Tensor | None:
+        """``Δa + Δb + λ·(rule − Δa − Δb)`` ``(C, G)`` of doubles ``d`` ``(C, 2, G)``; ``None`` when ``λ = 0``."""
+        lam = self.shrink()
+        if self.combination is None or lam == 0.0:
+            return None
+        total = d.sum(1)
+        return total + lam * (self.combination(d[:, 0], d[:, 1], self.ctrl_mean) - total)
 
     @staticmethod
     def _own_columns(pert: Tensor, n: int) -> Tensor:

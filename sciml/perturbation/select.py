@@ -114,8 +114,19 @@ def choose_masking(model, dm, kappas: tuple[float, ...] = KAPPA_GRID,
     """Choose ``flow.kappa`` and ``flow.denoise`` where they are ``"auto"`` (module docstring); set and return them.
 
     Returns ``{"kappa", "denoise", "mse": {"kappa,tau": value}, "n"}`` (``n``: training + val doubles used). A value
-    that is not ``"auto"`` stays fixed; without a usable double both auto values become 0 (additive).
+    that is not ``"auto"`` stays fixed; without a usable double both auto values become 0 (additive). Under
+    ``flow.blend`` they are chosen for the masking prior alone (blend off while choosing, then restored).
     """
+    blend = model.flow.get("blend", 1.0)
+    model.set_flow(blend=1.0)
+    try:
+        return _choose_masking(model, dm, kappas, taus)
+    finally:
+        model.set_flow(blend=blend)
+
+
+def _choose_masking(model, dm, kappas: tuple[float, ...], taus: tuple[float, ...]) -> dict:
+    """:func:`choose_masking` with ``flow.blend`` off."""
     fixed = {k: model.flow[k] for k in ("kappa", "denoise")}
     grid = {"kappa": kappas if fixed["kappa"] == "auto" else (float(fixed["kappa"]),),
             "denoise": taus if fixed["denoise"] == "auto" else (_denoise_value(fixed["denoise"]),)}

@@ -129,3 +129,40 @@ def test_exact_mean_generates_the_prior_mean_where_every_single_is_known():
     torch.testing.assert_close(cells[:2].mean(1), expected, atol=1e-5, rtol=0)
     assert (free[:2].mean(1) - expected).abs().max() > 1e-2  # without it the network moves the mean
     torch.testing.assert_close(cells[2], free[2])  # an unknown single: the network's cells, not projected
+
+
+def test_blend_averages_the_masking_prior_with_the_combination_rule():
+    gen = torch.Generator().manual_seed(3)
+    effects = {i: torch.randn(G, generator=gen) for i in range(4)}
+    variances = {i: 0.1 * torch.rand(G, generator=gen) for i in range(4)}
+    pert = torch.tensor([[2, 3]])
+    alone = _model(kappa=0.7, denoise=1.0)
+    alone.set_single_effects(effects, variances)
+    blended = _model(kappa=0.7, denoise=1.0, blend=0.75, shrink=0.5)
+    blended.set_single_effects(effects, variances)
+    assert blended.combination is not None and alone.combination is None
+    add = effects[2] + effects[3]
+    with torch.no_grad():
+        rule = blended.combination(effects[2][None], effects[3][None], blended.ctrl_mean)[0]
+    comb = add + 0.5 * (rule - add)
+    got, mask = blended.prior_mean(pert)[0], alone.prior_mean(pert)[0]
+    other = [0, 1, 4, 5, 6, 7]
+    torch.testing.assert_close(got[other], 0.75 * mask[other] + 0.25 * comb[other])
+    torch.testing.assert_close(got[[2, 3]], add[[2, 3]])  # own columns stay additive in both parts
+    blended.set_flow(blend=1.0)
+    torch.testing.assert_close(blended.prior_mean(pert)[0], mask)
+    blended.set_flow(blend=0.75, additive_fallback=True)
+    torch.testing.assert_close(blended.prior_mean(pert)[0], add)
+
+
+def test_blend_chooses_kappa_for_the_masking_part_alone_and_refuses_bad_values():
+    m, dm = _screen(lambda a, b: masking(a, b, 1.0))
+    alone = choose_masking(m, dm)
+    m.set_flow(kappa="auto", denoise="auto", blend=0.5)
+    m.combination = _model(blend=0.5).combination  # a rule that would move the criterion if it entered it
+    assert choose_masking(m, dm) == alone
+    assert m.flow["blend"] == 0.5  # restored after the choice
+    with pytest.raises(ValueError, match="flow.blend"):
+        _model(blend=1.5)
+    with pytest.raises(ValueError, match="needs flow.prior: masking"):
+        _model(blend=0.5, prior="combination")
