@@ -36,7 +36,8 @@ Usage::
     OMP_NUM_THREADS=1 python benchmarks/hamiltonian_speed.py --refine 5 --only water,ethanol,uracil,indole
 
 With ``--refine K`` every size also runs ``predict --refine K`` (label ``model_refined``) beside the plain command
-on the same conformers, and the result goes to key ``"speed_refine"`` (the plain table under ``"speed"`` is kept).
+on the same conformers, and the result goes to key ``"speed_refine"`` (the plain table under ``"speed"`` is kept);
+``--key`` names another key (e.g. ``speed_refine_large`` for ``--only uracil_dimer,adenine_thymine``).
 """
 
 from __future__ import annotations
@@ -288,6 +289,7 @@ def main() -> None:
                         help="rounds of [predict commands, a share of the SCFs] per size; ratios are medians over them")
     parser.add_argument("--refine", type=int, default=0, metavar="K",
                         help="also time `predict --refine K` (model_refined) in the same run; key 'speed_refine'")
+    parser.add_argument("--key", default=None, help="results key to write (default: speed, or speed_refine)")
     args = parser.parse_args()
     if not Path(args.model, "config.yaml").is_file():
         raise SystemExit(f"{args.model}: no model artifact (config.yaml); train and export it, or pass --model")
@@ -334,7 +336,7 @@ def main() -> None:
         from sciml.core.io.atomic import atomic_write_text
 
         data = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}  # re-read: another script writes here
-        key = "speed_refine" if args.refine else "speed"
+        key = args.key or ("speed_refine" if args.refine else "speed")
         data[key] = result
         atomic_write_text(RESULTS, json.dumps(data, indent=1) + "\n")
         print(f"wrote key {key!r} of {RESULTS}", file=sys.stderr)
