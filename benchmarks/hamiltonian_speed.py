@@ -37,7 +37,7 @@ Usage::
 
 With ``--refine K`` every size also runs ``predict --refine K`` (label ``model_refined``) beside the plain command
 on the same conformers, and the result goes to key ``"speed_refine"`` (the plain table under ``"speed"`` is kept);
-``--key`` names another key (e.g. ``speed_refine_large`` for ``--only uracil_dimer,adenine_thymine``).
+``--key`` names another key (e.g. ``speed_refine_large`` for ``--only uracil,indole,uracil_dimer,adenine_thymine``).
 """
 
 from __future__ import annotations
