@@ -68,9 +68,10 @@ def _prior_text(flow: dict) -> str:
     prior = flow.get("prior", "additive")
     if prior == "masking":
         denoise = flow.get("denoise", 0.0)
-        how = ("by empirical-Bayes shrinkage of all singles (`flow.denoise: eb`, ash)" if denoise == "eb"
-               else f"with τ = {denoise}")
-        zero = "κ = 0 adds the shrunk singles" if denoise == "eb" else "κ = τ = 0 is additive"
+        how = {"eb": "by empirical-Bayes shrinkage of all singles under one prior (`flow.denoise: eb`, ash)",
+               "eb_single": "by empirical-Bayes shrinkage with one prior per single (`flow.denoise: eb_single`, ash)"
+               }.get(denoise, f"with τ = {denoise}")
+        zero = "κ = 0 adds the shrunk singles" if denoise in ("eb", "eb_single") else "κ = τ = 0 is additive"
         text = (f"masking (`flow.prior`: singles denoised {how}, the smaller same-sign "
                 f"single absorbed with κ = {flow.get('kappa', 0.0)}, chosen on the training + val doubles; {zero})")
         if flow.get("closure") is True:

@@ -28,6 +28,7 @@ FLOW_DEFAULTS = {"path": "control", "sigma": 0.1, "ot": True, "mmd_weight": 2.0,
                  "closure": False, "nonnegative": True, "exact_mean": False, "additive_fallback": False}
 PRIORS = ("additive", "combination", "masking")
 OWN_GENES = ("rule", "additive")
+EB_NAMES = ("eb", "eb_single")  # flow.denoise by empirical Bayes (sciml.perturbation.nn.shrinkage.EB_DENOISERS)
 PRIOR_CHANNELS = 4
 OPTIM_DEFAULTS = {"lr": 1e-3, "weight_decay": 1e-4, "scheduler": "cosine"}
 
@@ -73,7 +74,8 @@ class PerturbationModel(torch.nn.Module):
         :func:`sciml.perturbation.select.choose_masking` when the model is built), using the singles' squared
         standard errors (buffer ``single_var`` ``(V, G)``, set with the effects); ``flow.denoise: eb`` replaces the
         James–Stein threshold by empirical-Bayes shrinkage of all singles at once
-        (:func:`~sciml.perturbation.nn.shrinkage.ash_posterior_mean`, computed from the buffers when first needed);
+        (:func:`~sciml.perturbation.nn.shrinkage.ash_posterior_mean`, computed from the buffers when first needed), and
+        ``eb_single`` by one such prior per single (:func:`~sciml.perturbation.nn.shrinkage.ash_by_row`);
         with ``flow.closure`` (``"auto"``:
         on when the data are closed, see :func:`sciml.perturbation.task.data_closure`) that prior mean is rescaled
         to the controls' expected total per cell (:func:`~sciml.perturbation.nn.masking.close`, buffer ``closure``).
@@ -121,7 +123,7 @@ class PerturbationModel(torch.nn.Module):
         self.register_buffer("unknown_effect", torch.zeros(n_measured))  # additive fallback's stand-in single
         self.register_load_state_dict_pre_hook(_default_buffers)
         self.register_load_state_dict_post_hook(lambda module, keys: module._forget_shrunk())
-        self._shrunk: Tensor | None = None  # flow.denoise "eb": the shrunk singles, from the buffers when needed
+        self._shrunk: Tensor | None = None  # flow.denoise "eb"/"eb_single": the shrunk singles, when first needed
         self.flow = FLOW_DEFAULTS | (flow or {})
         self.optim = OPTIM_DEFAULTS | (optim or {})
         if self.flow["prior"] not in PRIORS:
@@ -169,13 +171,14 @@ class PerturbationModel(torch.nn.Module):
         self._shrunk = None
 
     def shrunk_singles(self) -> Tensor:
-        """Single effects ``(V, G)`` after empirical-Bayes shrinkage (``flow.denoise: eb``; unknown rows stay 0)."""
-        from sciml.perturbation.nn.shrinkage import ash_posterior_mean
+        """Single effects ``(V, G)`` after empirical-Bayes shrinkage (``flow.denoise: eb`` or ``eb_single``; unknown
+        rows stay 0)."""
+        from sciml.perturbation.nn.shrinkage import EB_DENOISERS
 
         if self._shrunk is None or self._shrunk.device != self.single_effect.device:
             known = self.has_effect
             table = self.single_effect.clone()
-            table[known] = ash_posterior_mean(self.single_effect[known], self.single_var[known])
+            table[known] = EB_DENOISERS[self.flow["denoise"]](self.single_effect[known], self.single_var[known])
             self._shrunk = table
         return self._shrunk
 
@@ -212,6 +215,8 @@ class PerturbationModel(torch.nn.Module):
 
     def set_flow(self, **values) -> None:
         """Change flow settings after construction (saved with the checkpoint / artifact config)."""
+        if "denoise" in values and values["denoise"] != self.flow.get("denoise"):
+            self._forget_shrunk()
         self.flow |= values
         self.config["flow"] = dict(self.config.get("flow") or {}) | values
 
@@ -259,7 +264,7 @@ class PerturbationModel(torch.nn.Module):
             return self._combination_rule(d)
         if self.flow["prior"] == "masking":
             kappa = 0.0 if self.flow["kappa"] == "auto" else float(self.flow["kappa"])
-            if self.flow["denoise"] == "eb":
+            if self.flow["denoise"] in EB_NAMES:
                 shrunk = self.shrunk_singles()[pert.clamp_min(0)]
                 return masking(shrunk[:, 0], shrunk[:, 1], kappa)
             tau = 0.0 if self.flow["denoise"] == "auto" else float(self.flow["denoise"])

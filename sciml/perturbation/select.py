@@ -8,7 +8,8 @@ r"""Choices made on held-out conditions that are not test: the rule's shrinkage 
 * :func:`choose_masking` (when the model is built, ``flow.prior: masking`` with ``flow.kappa`` / ``flow.denoise``
   ``auto``): the masking weight ``κ`` and the denoising threshold ``τ`` of
   :func:`~sciml.perturbation.nn.masking.masking_prior` (or only ``κ`` when ``flow.denoise`` is fixed, e.g.
-  ``eb``: empirical-Bayes shrinkage of the singles, :mod:`sciml.perturbation.nn.shrinkage`), the grid pair with the
+  ``eb`` / ``eb_single``: empirical-Bayes shrinkage of the singles, :mod:`sciml.perturbation.nn.shrinkage`), the
+  grid pair with the
   smallest mean squared error of the
   prior mean (clipped at 0) over the **training and val** doubles. Two scalars per screen: on the nine simulator
   cases of ``benchmarks/perturbation.py``, choosing them on the training doubles without one fold (or without val)
@@ -149,8 +150,10 @@ def _choose_masking(model, dm, kappas: tuple[float, ...], taus: tuple[float, ...
 
 
 def _denoise_value(value) -> float | str:
-    """A fixed ``flow.denoise``: τ as a float, or ``"eb"`` (empirical-Bayes shrinkage of the singles)."""
-    return "eb" if value == "eb" else float(value)
+    """A fixed ``flow.denoise``: τ as a float, or ``"eb"`` / ``"eb_single"`` (empirical-Bayes shrinkage)."""
+    from sciml.perturbation.model import EB_NAMES
+
+    return value if value in EB_NAMES else float(value)
 
 
 def versus_additive(module, dm, n_cells: int = 128, seed: int = 0, steps: int | None = None,

@@ -1,4 +1,4 @@
-"""Empirical-Bayes (ash) shrinkage of measured single effects and the masking prior's ``denoise: eb``.
+"""Empirical-Bayes (ash) shrinkage of measured single effects and the masking prior's ``denoise: eb`` / ``eb_single``.
 
 Statistical checks use fixed seeds; the bounds follow from the Bayes posterior mean: it shrinks each effect by a
 factor in [0, 1], recovers Δ/2 under a N(0, 1) prior with unit noise, and beats the raw estimates in squared error on
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from sciml.perturbation.nn.masking import masking
-from sciml.perturbation.nn.shrinkage import ash_posterior_mean
+from sciml.perturbation.nn.shrinkage import ash_by_row, ash_posterior_mean
 
 from .test_perturbation_masking import _model, _screen
 
@@ -47,10 +47,39 @@ def test_it_beats_the_raw_effects_on_a_sparse_screen():
     assert (post - beta).pow(2).mean() < 0.4 * (delta - beta).pow(2).mean()
 
 
+def test_one_prior_per_row_fits_a_dense_and_a_null_single_each_on_its_own():
+    gen = torch.Generator().manual_seed(4)
+    beta = torch.stack([torch.randn(2000, generator=gen, dtype=torch.float64), torch.zeros(2000, dtype=torch.float64)])
+    delta = beta + torch.randn(2, 2000, generator=gen, dtype=torch.float64)  # unit noise
+    var = torch.ones_like(delta)
+    rows, pooled = ash_by_row(delta, var), ash_posterior_mean(delta, var)
+    # row 0 alone has the N(0, 1) prior: the Bayes posterior mean Δ/2; row 1 alone is all null: about 0
+    assert (rows[0] - delta[0] / 2).pow(2).mean().sqrt() < 0.03 * delta[0].std()
+    assert rows[1].abs().mean() < 0.1 * delta[1].abs().mean()
+    for i in range(2):  # one prior for both rows over-shrinks the dense one and under-shrinks the null one
+        assert (rows[i] - beta[i]).pow(2).mean() < (pooled[i] - beta[i]).pow(2).mean()
+    torch.testing.assert_close(ash_by_row(delta[:1], var[:1])[0], ash_posterior_mean(delta[0], var[0]))
+
+
 def test_bad_shapes_are_refused_and_empty_input_passes():
     with pytest.raises(ValueError, match="same shape"):
         ash_posterior_mean(torch.zeros(3), torch.zeros(4))
     assert ash_posterior_mean(torch.zeros(0), torch.zeros(0)).shape == (0,)
+    with pytest.raises(ValueError, match="rows, genes"):
+        ash_by_row(torch.zeros(3), torch.zeros(3))
+    assert ash_by_row(torch.zeros(0, 4), torch.zeros(0, 4)).shape == (0, 4)
+
+
+def test_denoise_eb_single_shrinks_each_single_under_its_own_prior():
+    m = _model(kappa=0.5, denoise="eb_single")
+    gen = torch.Generator().manual_seed(5)
+    effects = {i: torch.randn(G, generator=gen) for i in range(4)}
+    variances = {i: 0.5 * torch.rand(G, generator=gen) for i in range(4)}
+    m.set_single_effects(effects, variances)
+    known, var = torch.stack([effects[i] for i in range(4)]), torch.stack([variances[i] for i in range(4)])
+    torch.testing.assert_close(m.shrunk_singles()[:4], ash_by_row(known, var))
+    m.set_flow(denoise="eb")  # another denoiser: the cached table is recomputed
+    torch.testing.assert_close(m.shrunk_singles()[:4], ash_posterior_mean(known, var))
 
 
 def test_denoise_eb_masks_the_shrunk_singles_and_is_recomputed_with_new_effects():
@@ -76,14 +105,15 @@ def test_denoise_eb_masks_the_shrunk_singles_and_is_recomputed_with_new_effects(
     torch.testing.assert_close(again.prior_mean(torch.tensor([[0, 1]])), m.prior_mean(torch.tensor([[0, 1]])))
 
 
-def test_choose_masking_with_eb_chooses_kappa_only():
+@pytest.mark.parametrize("name", ["eb", "eb_single"])
+def test_choose_masking_with_eb_chooses_kappa_only(name):
     from sciml.perturbation.select import choose_masking
 
     m, dm = _screen(lambda a, b: masking(a, b, 1.0), noise=0.3)
-    m.set_flow(denoise="eb")
+    m.set_flow(denoise=name)
     choice = choose_masking(m, dm)
-    assert choice["denoise"] == "eb" and m.flow["denoise"] == "eb" and choice["kappa"] >= 0.7, choice
-    assert all(key.endswith(",eb") for key in choice["mse"])
+    assert choice["denoise"] == name and m.flow["denoise"] == name and choice["kappa"] >= 0.7, choice
+    assert all(key.endswith(f",{name}") for key in choice["mse"])
 
 
 def test_the_model_card_says_how_the_singles_were_denoised():
@@ -94,3 +124,4 @@ def test_the_model_card_says_how_the_singles_were_denoised():
         flow | {"denoise": "eb"})
     assert "τ = 1.0" in _prior_text(flow | {"denoise": 1.0}) and "empirical" not in _prior_text(
         flow | {"denoise": 1.0})
+    assert "one prior per single" in _prior_text(flow | {"denoise": "eb_single"})

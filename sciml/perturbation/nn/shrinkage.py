@@ -14,6 +14,10 @@ acceleration, :func:`fit_weights`; Stephens 2017,
 Unlike one James–Stein threshold per screen (:func:`sciml.perturbation.nn.masking.denoise`), the amount of shrinkage
 is learned from all effects at once: a screen whose effects are mostly noise gets a large ``π_0`` and small
 effects vanish, while effects far above their standard error are kept almost unchanged.
+
+:func:`ash_by_row` fits one such prior per row of a ``(singles, genes)`` table (``flow.denoise: eb_single``): a
+perturbation of a master regulator moves many genes, one of a leaf gene few, so each single gets its own share of
+null effects and its own effect scales (the per-condition ash of, e.g., differential-expression screens).
 """
 
 from __future__ import annotations
@@ -103,3 +107,15 @@ def ash_posterior_mean(delta: Tensor, var: Tensor, iterations: int = EM_ITERATIO
     weights = (logp + pi.clamp_min(1e-300).log()).softmax(1)
     factor = (weights * (scales.square()[None, :] / (scales.square()[None, :] + v[:, None]))).sum(1)
     return (factor * d).reshape(delta.shape).to(delta.dtype)
+
+
+def ash_by_row(delta: Tensor, var: Tensor, iterations: int = EM_ITERATIONS) -> Tensor:
+    """:func:`ash_posterior_mean` with one prior per row: ``delta``, ``var`` ``(R, G)`` → ``(R, G)``."""
+    if delta.shape != var.shape or delta.ndim != 2:
+        raise ValueError(f"delta {tuple(delta.shape)} and var {tuple(var.shape)} must be one (rows, genes) shape")
+    if len(delta) == 0:
+        return delta.clone()
+    return torch.stack([ash_posterior_mean(d, v, iterations) for d, v in zip(delta, var, strict=True)])
+
+
+EB_DENOISERS = {"eb": ash_posterior_mean, "eb_single": ash_by_row}  # flow.denoise: one prior for all, or per single
