@@ -13,8 +13,9 @@ Per simulator case (``configs/data/grn_<setting>.yaml`` with the seed as data an
   **masking_open** (the same without the closure),
   **combination** (:class:`sciml.perturbation.nn.combination.CombinationRule` fitted on the
   inner doubles, ``λ`` chosen by inner five-fold cross-fitting), **blend** (the recipe: ``flow.blend`` times
-  masking plus the rest times combination, each part fitted and chosen as alone) and **blend_eb** (the same with
-  ``flow.denoise: eb``, one empirical-Bayes prior for all singles, instead of the recipe's ``eb_single``). Reported: the MSE of each over all
+  masking plus the rest times combination, each part fitted and chosen as alone) and **blend_eb** (the same
+  with ``flow.denoise: eb``, one empirical-Bayes prior for all singles, instead of the recipe's
+  ``eb_single``). Reported: the MSE of each over all
   scored doubles, divided by the additive baseline's (unclipped, as in ``benchmarks/perturbation.py``).
 * ``test`` (a diagnosis; nothing is chosen on it): every prior as the package builds them
   (:func:`sciml.perturbation.task.build`, choices on training + val) on the test doubles, same ratio.

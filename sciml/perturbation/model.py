@@ -171,8 +171,7 @@ class PerturbationModel(torch.nn.Module):
         self._shrunk = None
 
     def shrunk_singles(self) -> Tensor:
-        """Single effects ``(V, G)`` after empirical-Bayes shrinkage (``flow.denoise: eb`` or ``eb_single``; unknown
-        rows stay 0)."""
+        """Single effects ``(V, G)`` after empirical-Bayes shrinkage (``flow.denoise``; unknown rows stay 0)."""
         from sciml.perturbation.nn.shrinkage import EB_DENOISERS
 
         if self._shrunk is None or self._shrunk.device != self.single_effect.device:
