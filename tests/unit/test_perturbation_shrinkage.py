@@ -70,12 +70,18 @@ def test_bad_shapes_are_refused_and_empty_input_passes():
     assert ash_by_row(torch.zeros(0, 4), torch.zeros(0, 4)).shape == (0, 4)
 
 
-def test_denoise_eb_single_shrinks_each_single_under_its_own_prior():
-    m = _model(kappa=0.5, denoise="eb_single")
-    gen = torch.Generator().manual_seed(5)
+def _with_singles(denoise: str, seed: int) -> tuple:
+    """A masking model (κ = 0.5) holding 4 random singles; returns it, the effects and their variances."""
+    m = _model(kappa=0.5, denoise=denoise)
+    gen = torch.Generator().manual_seed(seed)
     effects = {i: torch.randn(G, generator=gen) for i in range(4)}
     variances = {i: 0.5 * torch.rand(G, generator=gen) for i in range(4)}
     m.set_single_effects(effects, variances)
+    return m, effects, variances
+
+
+def test_denoise_eb_single_shrinks_each_single_under_its_own_prior():
+    m, effects, variances = _with_singles("eb_single", 5)
     known, var = torch.stack([effects[i] for i in range(4)]), torch.stack([variances[i] for i in range(4)])
     torch.testing.assert_close(m.shrunk_singles()[:4], ash_by_row(known, var))
     m.set_flow(denoise="eb")  # another denoiser: the cached table is recomputed
@@ -83,11 +89,7 @@ def test_denoise_eb_single_shrinks_each_single_under_its_own_prior():
 
 
 def test_denoise_eb_masks_the_shrunk_singles_and_is_recomputed_with_new_effects():
-    m = _model(kappa=0.5, denoise="eb")
-    gen = torch.Generator().manual_seed(3)
-    effects = {i: torch.randn(G, generator=gen) for i in range(4)}
-    variances = {i: 0.5 * torch.rand(G, generator=gen) for i in range(4)}
-    m.set_single_effects(effects, variances)
+    m, effects, variances = _with_singles("eb", 3)
     known = torch.stack([effects[i] for i in range(4)])
     shrunk = ash_posterior_mean(known, torch.stack([variances[i] for i in range(4)]))
     torch.testing.assert_close(m.shrunk_singles()[:4], shrunk)
