@@ -22,8 +22,6 @@ null effects and its own effect scales (the per-condition ash of, e.g., differen
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 
@@ -33,53 +31,74 @@ EM_TOLERANCE = 1e-10
 
 
 def scale_grid(delta: Tensor, var: Tensor, n: int = N_SCALES) -> Tensor:
-    """``(n + 1,)`` prior scales: 0 (the point mass), then geometric from ``min s.e./10`` to ``2 max |Δ|``."""
-    low = max(float(var.clamp_min(0).sqrt().min()) / 10, 1e-8)
-    high = max(2 * float(delta.abs().max()), 2 * low)
-    like = {"dtype": torch.float64, "device": delta.device}
-    return torch.cat([torch.zeros(1, **like), torch.logspace(math.log10(low), math.log10(high), n, **like)])
+    """``(R, n + 1)`` prior scales per row of ``delta``, ``var`` ``(R, J)``: 0, then geometric over the row.
+
+    The first scale is the point mass at zero; the others run geometrically from ``min s.e./10`` to ``2 max |Δ|``.
+    """
+    low = (var.clamp_min(0).sqrt().amin(-1) / 10).clamp_min(1e-8)
+    high = torch.maximum(2 * delta.abs().amax(-1), 2 * low)
+    steps = torch.linspace(0.0, 1.0, n, dtype=torch.float64, device=delta.device)
+    grid = torch.exp(low.log()[:, None] + steps[None, :] * (high.log() - low.log())[:, None])
+    return torch.cat([torch.zeros_like(grid[:, :1]), grid], -1)
 
 
 def _log_marginal(delta: Tensor, var: Tensor, scales: Tensor) -> Tensor:
-    """``log N(Δ_j; 0, σ_k² + v_j)`` up to the constant ``−½ log 2π``, shape ``(J, K + 1)``."""
-    total = scales.square()[None, :] + var[:, None]
-    return -0.5 * (delta[:, None].square() / total + total.log())
+    """``log N(Δ_rj; 0, σ_rk² + v_rj)`` up to the constant ``−½ log 2π``, shape ``(R, J, K + 1)``."""
+    total = scales.square()[:, None, :] + var[..., None]
+    return -0.5 * (delta[..., None].square() / total + total.log())
 
 
 def _em_step(lik: Tensor, pi: Tensor) -> Tensor:
-    """One EM update of the mixture weights: the mean posterior membership of the effects."""
-    post = lik * pi[None, :]
-    return (post / post.sum(1, keepdim=True)).mean(0)
+    """One EM update of the mixture weights ``(R, K + 1)``: each row's mean posterior membership of its effects."""
+    post = lik * pi[:, None, :]
+    return (post / post.sum(-1, keepdim=True)).mean(-2)
 
 
-def _log_likelihood(lik: Tensor, pi: Tensor) -> float:
-    return float((lik @ pi).log().mean())
+def _log_likelihood(lik: Tensor, pi: Tensor) -> Tensor:
+    """Mean log marginal likelihood per row, ``(R,)``."""
+    return (lik @ pi[..., None]).squeeze(-1).log().mean(-1)
 
 
 def fit_weights(lik: Tensor, iterations: int = EM_ITERATIONS) -> Tensor:
-    """Mixture weights ``(K + 1,)`` maximising ``mean_j log Σ_k π_k L_jk`` for likelihoods ``lik`` ``(J, K + 1)``.
+    """Mixture weights ``(R, K + 1)`` maximising each row's ``mean_j log Σ_k π_k L_rjk``, ``lik`` ``(R, J, K + 1)``.
 
-    EM accelerated by SQUAREM (Varadhan & Roland 2008, *Scand. J. Stat.* 35:335, scheme S3): two EM steps give
-    ``r`` and ``v``, the step length ``α = −‖r‖/‖v‖`` (at most −1) extrapolates, the result is projected back onto
-    the simplex and stabilised by one more EM step, and kept only if it does not lower the likelihood. Stops when the
-    mean log-likelihood gains less than :data:`EM_TOLERANCE`.
+    EM accelerated by SQUAREM (Varadhan & Roland 2008, *Scand. J. Stat.* 35:335, scheme S3), the rows batched: two
+    EM steps give ``r`` and ``v``, the step length ``α = −‖r‖/‖v‖`` (at most −1) extrapolates, the result is
+    projected back onto the simplex and stabilised by one more EM step, and kept only if it does not lower the
+    likelihood. A row stops once its mean log-likelihood gains less than :data:`EM_TOLERANCE` (so each row gets
+    what it would get alone).
     """
-    pi = torch.full((lik.shape[1],), 1.0 / lik.shape[1], dtype=lik.dtype, device=lik.device)
+    pi = torch.full((lik.shape[0], lik.shape[-1]), 1.0 / lik.shape[-1], dtype=lik.dtype, device=lik.device)
     best = _log_likelihood(lik, pi)
+    active = torch.arange(lik.shape[0], device=lik.device)
     for _ in range(max(iterations // 3, 1)):
-        one = _em_step(lik, pi)
-        two = _em_step(lik, one)
-        r, v = one - pi, two - 2 * one + pi
-        alpha = min(-float(r.norm()) / max(float(v.norm()), 1e-300), -1.0)
-        jump = (pi - 2 * alpha * r + alpha**2 * v).clamp_min(0.0)
-        jump = _em_step(lik, jump / jump.sum())
-        value = _log_likelihood(lik, jump)
-        if not value >= _log_likelihood(lik, two):
-            jump, value = two, _log_likelihood(lik, two)
-        pi, gain, best = jump, value - best, value
-        if gain < EM_TOLERANCE:
+        sub, cur = lik[active], pi[active]
+        one = _em_step(sub, cur)
+        two = _em_step(sub, one)
+        r, v = one - cur, two - 2 * one + cur
+        alpha = (-r.norm(dim=-1) / v.norm(dim=-1).clamp_min(1e-300)).clamp_max(-1.0)[:, None]
+        jump = (cur - 2 * alpha * r + alpha**2 * v).clamp_min(0.0)
+        jump = _em_step(sub, jump / jump.sum(-1, keepdim=True))
+        value, fallback = _log_likelihood(sub, jump), _log_likelihood(sub, two)
+        worse = ~(value >= fallback)  # also NaN
+        pi[active] = torch.where(worse[:, None], two, jump)
+        value = torch.where(worse, fallback, value)
+        gain, best[active] = value - best[active], value
+        active = active[~(gain < EM_TOLERANCE)]
+        if len(active) == 0:
             break
     return pi
+
+
+def _posterior_rows(d: Tensor, v: Tensor, iterations: int) -> Tensor:
+    """Posterior means ``(R, J)`` of float64 effects ``d`` and variances ``v`` ``(R, J)``, one fitted prior per row."""
+    v = v.clamp_min(1e-12)
+    scales = scale_grid(d, v)
+    logp = _log_marginal(d, v, scales)
+    pi = fit_weights((logp - logp.amax(-1, keepdim=True)).exp(), iterations)  # rows rescaled: the same fit
+    weights = (logp + pi.clamp_min(1e-300).log()[:, None, :]).softmax(-1)
+    shrink = scales.square()[:, None, :] / (scales.square()[:, None, :] + v[..., None])
+    return (weights * shrink).sum(-1) * d
 
 
 def ash_posterior_mean(delta: Tensor, var: Tensor, iterations: int = EM_ITERATIONS) -> Tensor:
@@ -100,22 +119,20 @@ def ash_posterior_mean(delta: Tensor, var: Tensor, iterations: int = EM_ITERATIO
         raise ValueError(f"delta {tuple(delta.shape)} and var {tuple(var.shape)} must have the same shape")
     if delta.numel() == 0:
         return delta.clone()
-    d, v = delta.double().reshape(-1), var.double().reshape(-1).clamp_min(1e-12)
-    scales = scale_grid(d, v)
-    logp = _log_marginal(d, v, scales)
-    pi = fit_weights((logp - logp.max(1, keepdim=True).values).exp(), iterations)  # rows rescaled: the same fit
-    weights = (logp + pi.clamp_min(1e-300).log()).softmax(1)
-    factor = (weights * (scales.square()[None, :] / (scales.square()[None, :] + v[:, None]))).sum(1)
-    return (factor * d).reshape(delta.shape).to(delta.dtype)
+    post = _posterior_rows(delta.double().reshape(1, -1), var.double().reshape(1, -1), iterations)
+    return post.reshape(delta.shape).to(delta.dtype)
 
 
 def ash_by_row(delta: Tensor, var: Tensor, iterations: int = EM_ITERATIONS) -> Tensor:
-    """:func:`ash_posterior_mean` with one prior per row: ``delta``, ``var`` ``(R, G)`` → ``(R, G)``."""
+    """:func:`ash_posterior_mean` with one prior per row: ``delta``, ``var`` ``(R, G)`` → ``(R, G)``.
+
+    The rows are fitted together (batched EM), each to convergence.
+    """
     if delta.shape != var.shape or delta.ndim != 2:
         raise ValueError(f"delta {tuple(delta.shape)} and var {tuple(var.shape)} must be one (rows, genes) shape")
-    if len(delta) == 0:
+    if delta.numel() == 0:
         return delta.clone()
-    return torch.stack([ash_posterior_mean(d, v, iterations) for d, v in zip(delta, var, strict=True)])
+    return _posterior_rows(delta.double(), var.double(), iterations).to(delta.dtype)
 
 
 EB_DENOISERS = {"eb": ash_posterior_mean, "eb_single": ash_by_row}  # flow.denoise: one prior for all, or per single
