@@ -41,6 +41,7 @@ import torch
 from sciml.cli.config import load_config
 from sciml.core.io.atomic import atomic_write_text
 from sciml.perturbation.data.anndata_io import write_h5ad
+from sciml.perturbation.nn.shrinkage import EB_DENOISERS
 from sciml.perturbation.select import choose_masking, choose_shrink, double_keys, observed, prior_errors
 from sciml.perturbation.sim.simulate import simulate
 from sciml.perturbation.task import build, training_doubles
@@ -108,7 +109,7 @@ def fit_on(models: dict, dm, keys: list[str], seed: int) -> dict:
     out = {}
     for name in MASKING:
         denoise = models[name].flow["denoise"]  # the recipe's empirical-Bayes singles stay; else τ is chosen
-        models[name].set_flow(kappa="auto", denoise=denoise if denoise in ("eb", "eb_single") else "auto")
+        models[name].set_flow(kappa="auto", denoise=denoise if denoise in EB_DENOISERS else "auto")
         choice = choose_masking(models[name], sub)
         out[name] = {"kappa": choice["kappa"], "denoise": choice["denoise"]}
     for name in ("combination", "blend", "blend_eb"):

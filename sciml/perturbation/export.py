@@ -10,6 +10,7 @@ from sciml.perturbation.domain import FILE as DOMAIN_FILE
 from sciml.perturbation.domain import PerturbationDomain, fit_domain
 from sciml.perturbation.evaluate import band_metrics, effects, split_predictions
 from sciml.perturbation.module import PerturbationFlow
+from sciml.perturbation.nn.shrinkage import EB_DENOISERS
 from sciml.perturbation.select import apply_fallback, versus_additive
 from sciml.perturbation.uncertainty import EffectBands
 
@@ -71,7 +72,7 @@ def _prior_text(flow: dict) -> str:
         how = {"eb": "by empirical-Bayes shrinkage of all singles under one prior (`flow.denoise: eb`, ash)",
                "eb_single": "by empirical-Bayes shrinkage with one prior per single (`flow.denoise: eb_single`, ash)"
                }.get(denoise, f"with τ = {denoise}")
-        zero = "κ = 0 adds the shrunk singles" if denoise in ("eb", "eb_single") else "κ = τ = 0 is additive"
+        zero = "κ = 0 adds the shrunk singles" if denoise in EB_DENOISERS else "κ = τ = 0 is additive"
         text = (f"masking (`flow.prior`: singles denoised {how}, the smaller same-sign "
                 f"single absorbed with κ = {flow.get('kappa', 0.0)}, chosen on the training + val doubles; {zero})")
         if flow.get("closure") is True:

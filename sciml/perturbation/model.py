@@ -20,6 +20,7 @@ from sciml.perturbation.distances import RBF_SCALES
 from sciml.perturbation.nn import PATHS, PADTransformer, close, integrate, masking_prior, project_mean
 from sciml.perturbation.nn.combination import CombinationRule
 from sciml.perturbation.nn.masking import masking
+from sciml.perturbation.nn.shrinkage import EB_DENOISERS
 
 FLOW_DEFAULTS = {"path": "control", "sigma": 0.1, "ot": True, "mmd_weight": 2.0, "mmd_scales": list(RBF_SCALES),
                  "steps": 20, "method": "rk4", "val_steps": 4, "max_genes": None, "prior_dropout": 0.2,
@@ -28,7 +29,6 @@ FLOW_DEFAULTS = {"path": "control", "sigma": 0.1, "ot": True, "mmd_weight": 2.0,
                  "closure": False, "nonnegative": True, "exact_mean": False, "additive_fallback": False}
 PRIORS = ("additive", "combination", "masking")
 OWN_GENES = ("rule", "additive")
-EB_NAMES = ("eb", "eb_single")  # flow.denoise by empirical Bayes (sciml.perturbation.nn.shrinkage.EB_DENOISERS)
 PRIOR_CHANNELS = 4
 OPTIM_DEFAULTS = {"lr": 1e-3, "weight_decay": 1e-4, "scheduler": "cosine"}
 
@@ -172,8 +172,6 @@ class PerturbationModel(torch.nn.Module):
 
     def shrunk_singles(self) -> Tensor:
         """Single effects ``(V, G)`` after empirical-Bayes shrinkage (``flow.denoise``; unknown rows stay 0)."""
-        from sciml.perturbation.nn.shrinkage import EB_DENOISERS
-
         if self._shrunk is None or self._shrunk.device != self.single_effect.device:
             known = self.has_effect
             table = self.single_effect.clone()
@@ -263,7 +261,7 @@ class PerturbationModel(torch.nn.Module):
             return self._combination_rule(d)
         if self.flow["prior"] == "masking":
             kappa = 0.0 if self.flow["kappa"] == "auto" else float(self.flow["kappa"])
-            if self.flow["denoise"] in EB_NAMES:
+            if self.flow["denoise"] in EB_DENOISERS:
                 shrunk = self.shrunk_singles()[pert.clamp_min(0)]
                 return masking(shrunk[:, 0], shrunk[:, 1], kappa)
             tau = 0.0 if self.flow["denoise"] == "auto" else float(self.flow["denoise"])

@@ -9,9 +9,8 @@ r"""Choices made on held-out conditions that are not test: the rule's shrinkage 
   ``auto``): the masking weight ``κ`` and the denoising threshold ``τ`` of
   :func:`~sciml.perturbation.nn.masking.masking_prior` (or only ``κ`` when ``flow.denoise`` is fixed, e.g.
   ``eb`` / ``eb_single``: empirical-Bayes shrinkage of the singles, :mod:`sciml.perturbation.nn.shrinkage`), the
-  grid pair with the
-  smallest mean squared error of the
-  prior mean (clipped at 0) over the **training and val** doubles. Two scalars per screen: on the nine simulator
+  grid pair with the smallest mean squared error of the prior mean (clipped at 0) over the **training and val**
+  doubles. Two scalars per screen: on the nine simulator
   cases of ``benchmarks/perturbation.py``, choosing them on the training doubles without one fold (or without val)
   and scoring the left-out fold and val gives 0.62× the additive MSE, against 0.67× for the shrunk combination rule
   (``benchmarks/perturbation_prior.py``). Ties go to the smaller values (towards additive).
@@ -151,9 +150,9 @@ def _choose_masking(model, dm, kappas: tuple[float, ...], taus: tuple[float, ...
 
 def _denoise_value(value) -> float | str:
     """A fixed ``flow.denoise``: τ as a float, or ``"eb"`` / ``"eb_single"`` (empirical-Bayes shrinkage)."""
-    from sciml.perturbation.model import EB_NAMES
+    from sciml.perturbation.nn.shrinkage import EB_DENOISERS
 
-    return value if value in EB_NAMES else float(value)
+    return value if value in EB_DENOISERS else float(value)
 
 
 def versus_additive(module, dm, n_cells: int = 128, seed: int = 0, steps: int | None = None,
