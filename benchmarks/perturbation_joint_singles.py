@@ -19,7 +19,6 @@ training + val and scored on test (a diagnosis). Writes ``benchmarks/results/per
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -34,9 +33,7 @@ from sciml.perturbation.task import build
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from perturbation import OTHER, SETTINGS  # noqa: E402
-from perturbation_prior import case_config, folds  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
+from perturbation_prior import case_arguments, case_config, folds  # noqa: E402
 
 
 def joint_singles(d: torch.Tensor, v: torch.Tensor, pairs: torch.Tensor, dab: torch.Tensor,
@@ -102,15 +99,7 @@ def run(setting: str, seed: int, work: Path) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """Run every case and write the JSON."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--settings", nargs="+", default=list(SETTINGS + OTHER), choices=SETTINGS + OTHER)
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--work", default="benchmarks/runs/perturbation")
-    p.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "perturbation_joint_singles.json"))
-    args = p.parse_args(argv)
-    torch.set_num_threads(1)
-    work = Path(args.work)
-    work.mkdir(parents=True, exist_ok=True)
+    args, work = case_arguments(argv, __doc__.splitlines()[0], SETTINGS + OTHER, "perturbation_joint_singles.json")
     rows = []
     for setting in args.settings:
         for seed in args.seeds:

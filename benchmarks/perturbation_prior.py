@@ -153,18 +153,25 @@ def run(setting: str, seed: int, work: Path) -> dict:
     return {"setting": setting, "seed": seed, "design": result, "test": test}
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run every case and write the JSON."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=SETTINGS + OTHER,
+def case_arguments(argv: list[str] | None, description: str, settings: tuple[str, ...],
+                   output: str) -> tuple[argparse.Namespace, Path]:
+    """``--settings``, ``--seeds``, ``--work``, ``--output`` of a simulator-case script; one torch thread; work dir."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--settings", nargs="+", default=list(settings), choices=SETTINGS + OTHER,
                    help=f"simulator settings (configs/data/grn_<name>.yaml); not tuned on: {', '.join(OTHER)}")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--work", default="benchmarks/runs/perturbation")
-    p.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "perturbation_prior.json"))
+    p.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / output))
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
+    return args, work
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run every case and write the JSON."""
+    args, work = case_arguments(argv, __doc__.splitlines()[0], SETTINGS, "perturbation_prior.json")
     rows = []
     for setting in args.settings:
         for seed in args.seeds:
