@@ -29,7 +29,7 @@ import torch
 from sciml.core.io.atomic import atomic_write_text
 from sciml.perturbation.nn.shrinkage import ash_by_row
 from sciml.perturbation.select import double_keys, observed
-from sciml.perturbation.task import build
+from sciml.perturbation.task import _mean_variance, build
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from perturbation import OTHER, SETTINGS  # noqa: E402
@@ -62,8 +62,7 @@ def _observed(dm, keys: list[str], index: dict) -> tuple[dict, torch.Tensor, tor
     """:func:`observed` of ``keys``, their pairs as rows of the known singles, and the doubles' squared s.e."""
     obs = observed(dm, keys)
     pairs = torch.tensor([[index[int(a)], index[int(b)]] for a, b in obs["pert"]], dtype=torch.long).reshape(-1, 2)
-    var = [dm.cells(k).var(0, ddof=1) / len(dm.cells(k))
-           + dm.control_matrix(k).var(0, ddof=1) / len(dm.control_matrix(k)) for k in keys]
+    var = [_mean_variance(dm.cells(k)) + _mean_variance(dm.control_matrix(k)) for k in keys]  # as for the singles
     return obs, pairs, torch.as_tensor(np.stack(var), dtype=torch.float32)
 
 
