@@ -9,13 +9,14 @@ Per simulator case (``configs/data/grn_<setting>.yaml`` with the seed as data an
 * ``design``: nested evaluation on data that is not test. Outer folds: five folds of the training doubles, then
   val. Each design is fitted on the training doubles outside the fold only, its own choices included, and scored
   on the fold: **masking** (:func:`sciml.perturbation.nn.masking.masking_prior`, ``κ`` chosen on the inner doubles,
-  ``τ`` too unless the recipe fixes ``flow.denoise: eb`` (or ``eb_single``), with the recipe's ``flow.closure: auto``),
+  ``τ`` too unless the recipe fixes an empirical-Bayes ``flow.denoise``, with the recipe's ``flow.closure: auto``),
   **masking_open** (the same without the closure),
   **combination** (:class:`sciml.perturbation.nn.combination.CombinationRule` fitted on the
   inner doubles, ``λ`` chosen by inner five-fold cross-fitting), **blend** (the recipe: ``flow.blend`` times
-  masking plus the rest times combination, each part fitted and chosen as alone) and **blend_eb** (the same
-  with ``flow.denoise: eb``, one empirical-Bayes prior for all singles, instead of the recipe's
-  ``eb_single``). Reported: the MSE of each over all
+  masking plus the rest times combination, each part fitted and chosen as alone), **blend_single** (the same
+  with ``flow.denoise: eb_single``, the measured singles under one empirical-Bayes prior each, instead of the
+  recipe's ``eb_joint``, which first estimates them jointly with the inner training doubles) and **blend_eb** (with
+  ``flow.denoise: eb``, one prior for all singles). Reported: the MSE of each over all
   scored doubles, divided by the additive baseline's (unclipped, as in ``benchmarks/perturbation.py``).
 * ``test`` (a diagnosis; nothing is chosen on it): every prior as the package builds them
   (:func:`sciml.perturbation.task.build`, choices on training + val) on the test doubles, same ratio.
@@ -53,8 +54,9 @@ ROOT = Path(__file__).resolve().parents[1]
 FOLDS = 5
 
 
-PRIORS = ("masking", "masking_open", "combination", "blend", "blend_eb")
-MASKING = ("masking", "masking_open", "blend", "blend_eb")  # masking_open: flow.closure off; blend_eb: one ash prior
+PRIORS = ("masking", "masking_open", "combination", "blend", "blend_single", "blend_eb")
+MASKING = ("masking", "masking_open", "blend", "blend_single", "blend_eb")  # masking_open: flow.closure off
+OTHER_DENOISE = {"blend_single": "eb_single", "blend_eb": "eb"}  # the recipe's blend with other singles
 
 
 def case_config(setting: str, seed: int, work: Path, prior: str) -> dict:
@@ -66,8 +68,8 @@ def case_config(setting: str, seed: int, work: Path, prior: str) -> dict:
     cfg = seeded_case(load_config(ROOT / "configs" / "perturbation" / "grn_default.yaml"), path, seed)
     if not prior.startswith("blend"):  # the recipe's blend of masking and combination; the others alone
         cfg["model"]["flow"] |= {"blend": 1.0}
-    if prior == "blend_eb":  # the recipe before flow.denoise: eb_single (one prior shared by all singles)
-        cfg["model"]["flow"] |= {"denoise": "eb"}
+    if prior in OTHER_DENOISE:
+        cfg["model"]["flow"] |= {"denoise": OTHER_DENOISE[prior]}
     if prior == "combination":
         cfg["model"]["flow"] |= {"prior": "combination", "shrink": "auto"}
     if prior == "masking_open":
@@ -110,9 +112,9 @@ def fit_on(models: dict, dm, keys: list[str], seed: int) -> dict:
     for name in MASKING:
         denoise = models[name].flow["denoise"]  # the recipe's empirical-Bayes singles stay; else τ is chosen
         models[name].set_flow(kappa="auto", denoise=denoise if denoise in EB_DENOISERS else "auto")
-        choice = choose_masking(models[name], sub)
+        choice = choose_masking(models[name], sub, seed=seed)  # eb_joint: the singles refitted on sub's doubles
         out[name] = {"kappa": choice["kappa"], "denoise": choice["denoise"]}
-    for name in ("combination", "blend", "blend_eb"):
+    for name in ("combination", "blend", "blend_single", "blend_eb"):
         model = models[name]
         model.fit_combination(training_doubles(sub), torch.as_tensor(dm.control_matrix().mean(0)), seed)
         shrink = choose_shrink(model, sub, seed=seed)["shrink"]

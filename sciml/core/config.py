@@ -256,8 +256,8 @@ PERTURBATION = {
             "remainder_mean": Key(1.0, "shrinkage w of the network's mean velocity"),
             "shrink": Key(1.0, "weight of the combination rule over additive (auto: chosen on val)", "any"),
             "kappa": Key(0.0, "masking prior: share of the smaller same-sign single absorbed (auto: chosen)", "any"),
-            "denoise": Key(0.0, "masking prior: James-Stein τ on singles (auto: chosen), eb / eb_single: "
-                                "empirical Bayes", "any"),
+            "denoise": Key(0.0, "masking prior: James-Stein τ on singles (auto: chosen), eb / eb_single / "
+                                "eb_joint: empirical Bayes", "any"),
             "blend": Key(1.0, "masking prior: its weight against the combination rule (1: masking alone)"),
             "own_genes": Key("rule", "perturbed genes' own columns of a double", "str", ("rule", "additive")),
             "closure": Key(False, "masking prior rescaled to the controls' total per cell (auto: when closed)", "any"),

@@ -70,8 +70,10 @@ def _prior_text(flow: dict) -> str:
     if prior == "masking":
         denoise = flow.get("denoise", 0.0)
         how = {"eb": "by empirical-Bayes shrinkage of all singles under one prior (`flow.denoise: eb`, ash)",
-               "eb_single": "by empirical-Bayes shrinkage with one prior per single (`flow.denoise: eb_single`, ash)"
-               }.get(denoise, f"with τ = {denoise}")
+               "eb_single": "by empirical-Bayes shrinkage with one prior per single (`flow.denoise: eb_single`, ash)",
+               "eb_joint": "by estimating them jointly with the training doubles (GLS), then empirical-Bayes "
+                           "shrinkage with one prior per single (`flow.denoise: eb_joint`, ash)"}
+        how = how.get(denoise, f"with τ = {denoise}")
         zero = "κ = 0 adds the shrunk singles" if denoise in EB_DENOISERS else "κ = τ = 0 is additive"
         text = (f"masking (`flow.prior`: singles denoised {how}, the smaller same-sign "
                 f"single absorbed with κ = {flow.get('kappa', 0.0)}, chosen on the training + val doubles; {zero})")

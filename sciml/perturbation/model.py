@@ -20,7 +20,7 @@ from sciml.perturbation.distances import RBF_SCALES
 from sciml.perturbation.nn import PATHS, PADTransformer, close, integrate, masking_prior, project_mean
 from sciml.perturbation.nn.combination import CombinationRule
 from sciml.perturbation.nn.masking import masking
-from sciml.perturbation.nn.shrinkage import EB_DENOISERS
+from sciml.perturbation.nn.shrinkage import EB_DENOISERS, JOINT_DENOISER
 
 FLOW_DEFAULTS = {"path": "control", "sigma": 0.1, "ot": True, "mmd_weight": 2.0, "mmd_scales": list(RBF_SCALES),
                  "steps": 20, "method": "rk4", "val_steps": 4, "max_genes": None, "prior_dropout": 0.2,
@@ -75,7 +75,10 @@ class PerturbationModel(torch.nn.Module):
         standard errors (buffer ``single_var`` ``(V, G)``, set with the effects); ``flow.denoise: eb`` replaces the
         James–Stein threshold by empirical-Bayes shrinkage of all singles at once
         (:func:`~sciml.perturbation.nn.shrinkage.ash_posterior_mean`, computed from the buffers when first needed), and
-        ``eb_single`` by one such prior per single (:func:`~sciml.perturbation.nn.shrinkage.ash_by_row`);
+        ``eb_single`` by one such prior per single (:func:`~sciml.perturbation.nn.shrinkage.ash_by_row`), and
+        ``eb_joint`` does so to the singles estimated jointly with the training doubles
+        (:mod:`~sciml.perturbation.nn.joint`, buffers ``joint_effect``, ``joint_var`` set by
+        :meth:`set_joint_singles`; the measured singles until then);
         with ``flow.closure`` (``"auto"``:
         on when the data are closed, see :func:`sciml.perturbation.task.data_closure`) that prior mean is rescaled
         to the controls' expected total per cell (:func:`~sciml.perturbation.nn.masking.close`, buffer ``closure``).
@@ -123,7 +126,7 @@ class PerturbationModel(torch.nn.Module):
         self.register_buffer("unknown_effect", torch.zeros(n_measured))  # additive fallback's stand-in single
         self.register_load_state_dict_pre_hook(_default_buffers)
         self.register_load_state_dict_post_hook(lambda module, keys: module._forget_shrunk())
-        self._shrunk: Tensor | None = None  # flow.denoise "eb"/"eb_single": the shrunk singles, when first needed
+        self._shrunk: Tensor | None = None  # flow.denoise "eb"/"eb_single"/"eb_joint": the shrunk singles, when needed
         self.flow = FLOW_DEFAULTS | (flow or {})
         self.optim = OPTIM_DEFAULTS | (optim or {})
         if self.flow["prior"] not in PRIORS:
@@ -144,6 +147,8 @@ class PerturbationModel(torch.nn.Module):
             self.register_buffer("ctrl_mean", torch.zeros(n_measured))  # μ_0 feature of the rule
         if self.flow["prior"] == "masking":
             self.register_buffer("single_var", torch.zeros(len(genes), n_measured))  # squared s.e. of single_effect
+            self.register_buffer("joint_effect", torch.zeros(len(genes), n_measured))  # flow.denoise: eb_joint
+            self.register_buffer("joint_var", torch.zeros(len(genes), n_measured))
             self.register_buffer("closure", torch.zeros(2, n_measured))  # μ0 and weights of nn.masking.close
         if self.flow["path"] not in PATHS:
             raise ValueError(f"flow.path is {self.flow['path']!r}; known: {sorted(PATHS)}")
@@ -164,7 +169,20 @@ class PerturbationModel(torch.nn.Module):
             self.single_var.zero_()
             for i, var in (variances or {}).items():
                 self.single_var[i] = torch.as_tensor(var, dtype=self.single_var.dtype)
+            self.joint_effect.copy_(self.single_effect)
+            self.joint_var.copy_(self.single_var)
         self.unknown_effect.copy_(_mean_single(self.single_effect, self.has_effect))
+        self._forget_shrunk()
+
+    def set_joint_singles(self, effect: Tensor, var: Tensor) -> None:
+        """Store the singles estimated with the training doubles, ``(S, G)`` each, in the rows of ``has_effect``.
+
+        Used by ``flow.denoise: eb_joint`` (:func:`sciml.perturbation.select.fit_joint` computes them).
+        """
+        if not hasattr(self, "joint_effect"):
+            raise ValueError("joint singles are used by flow.denoise: eb_joint, which needs flow.prior: masking")
+        self.joint_effect[self.has_effect] = effect.to(self.joint_effect)
+        self.joint_var[self.has_effect] = var.to(self.joint_var)
         self._forget_shrunk()
 
     def _forget_shrunk(self) -> None:
@@ -174,8 +192,10 @@ class PerturbationModel(torch.nn.Module):
         """Single effects ``(V, G)`` after empirical-Bayes shrinkage (``flow.denoise``; unknown rows stay 0)."""
         if self._shrunk is None or self._shrunk.device != self.single_effect.device:
             known = self.has_effect
+            joint = self.flow["denoise"] == JOINT_DENOISER
+            effect, var = (self.joint_effect, self.joint_var) if joint else (self.single_effect, self.single_var)
             table = self.single_effect.clone()
-            table[known] = EB_DENOISERS[self.flow["denoise"]](self.single_effect[known], self.single_var[known])
+            table[known] = EB_DENOISERS[self.flow["denoise"]](effect[known], var[known])
             self._shrunk = table
         return self._shrunk
 
@@ -424,10 +444,14 @@ def _mean_single(single_effect: Tensor, has_effect: Tensor) -> Tensor:
 def _default_buffers(module, state_dict, prefix, *args) -> None:
     """Load hook for states saved before a buffer existed: what the older model used.
 
-    ``unknown_effect``: the mean single effect; ``closure`` (masking prior): zeros (``flow.closure`` was off).
+    ``unknown_effect``: the mean single effect; ``closure`` (masking prior): zeros (``flow.closure`` was off);
+    ``joint_effect``, ``joint_var``: the measured singles (no ``eb_joint`` then).
     """
     key = prefix + "unknown_effect"
     if key not in state_dict and prefix + "single_effect" in state_dict and prefix + "has_effect" in state_dict:
         state_dict[key] = _mean_single(state_dict[prefix + "single_effect"], state_dict[prefix + "has_effect"])
     if hasattr(module, "closure") and prefix + "closure" not in state_dict and prefix + "single_var" in state_dict:
         state_dict[prefix + "closure"] = torch.zeros_like(module.closure)
+    for joint, single in (("joint_effect", "single_effect"), ("joint_var", "single_var")):
+        if hasattr(module, joint) and prefix + joint not in state_dict and prefix + single in state_dict:
+            state_dict[prefix + joint] = state_dict[prefix + single].clone()

@@ -10,10 +10,12 @@ r"""Choices made on held-out conditions that are not test: the rule's shrinkage 
   :func:`~sciml.perturbation.nn.masking.masking_prior` (or only ``κ`` when ``flow.denoise`` is fixed, e.g.
   ``eb`` / ``eb_single``: empirical-Bayes shrinkage of the singles, :mod:`sciml.perturbation.nn.shrinkage`), the
   grid pair with the smallest mean squared error of the prior mean (clipped at 0) over the **training and val**
-  doubles. Two scalars per screen: on the nine simulator
-  cases of ``benchmarks/perturbation.py``, choosing them on the training doubles without one fold (or without val)
-  and scoring the left-out fold and val gives 0.62× the additive MSE, against 0.67× for the shrunk combination rule
-  (``benchmarks/perturbation_prior.py``). Ties go to the smaller values (towards additive).
+  doubles. Under ``flow.denoise: eb_joint`` the singles are fitted with the training doubles
+  (:func:`fit_joint`), so a training double is scored only by singles refitted without it (:data:`JOINT_FOLDS`
+  folds, as in :func:`choose_shrink`), val by the singles of all training doubles. Two scalars per screen: on the
+  nine simulator cases of ``benchmarks/perturbation.py``, choosing them on the training doubles without one fold (or
+  without val) and scoring the left-out fold and val gives 0.62× the additive MSE, against 0.67× for the shrunk
+  combination rule (``benchmarks/perturbation_prior.py``). Ties go to the smaller values (towards additive).
 * :func:`versus_additive` / :func:`apply_fallback` (at export, and in the benchmark the same way): the flow model's
   generated mean against the additive baseline on the **val** conditions; when the model is not better, or val holds
   fewer than :data:`MIN_VAL_CONDITIONS` conditions (one or two held-out conditions are not evidence that a
@@ -30,9 +32,12 @@ import copy
 import numpy as np
 import torch
 
+from sciml.perturbation.nn.shrinkage import EB_DENOISERS, JOINT_DENOISER
+
 SHRINK_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
 KAPPA_GRID = tuple(i / 10 for i in range(11))
 DENOISE_GRID = (0.0, 0.5, 1.0, 2.0, 4.0)  # τ: squared standard errors below which an effect counts as noise
+JOINT_FOLDS = 5  # flow.denoise eb_joint: κ scored on val and on training folds the joint singles were not fitted on
 MIN_VAL_CONDITIONS = 3  # fewer val conditions than this: the model does not claim to beat additive
 
 
@@ -110,7 +115,7 @@ def choose_shrink(model, dm, grid: tuple[float, ...] = SHRINK_GRID, folds: int =
 
 
 def choose_masking(model, dm, kappas: tuple[float, ...] = KAPPA_GRID,
-                   taus: tuple[float, ...] = DENOISE_GRID) -> dict:
+                   taus: tuple[float, ...] = DENOISE_GRID, seed: int = 0) -> dict:
     """Choose ``flow.kappa`` and ``flow.denoise`` where they are ``"auto"`` (module docstring); set and return them.
 
     Returns ``{"kappa", "denoise", "mse": {"kappa,tau": value}, "n"}`` (``n``: training + val doubles used). A value
@@ -120,24 +125,35 @@ def choose_masking(model, dm, kappas: tuple[float, ...] = KAPPA_GRID,
     blend = model.flow.get("blend", 1.0)
     model.set_flow(blend=1.0)
     try:
-        return _choose_masking(model, dm, kappas, taus)
+        return _choose_masking(model, dm, kappas, taus, seed)
     finally:
         model.set_flow(blend=blend)
 
 
-def _choose_masking(model, dm, kappas: tuple[float, ...], taus: tuple[float, ...]) -> dict:
+def _choose_masking(model, dm, kappas: tuple[float, ...], taus: tuple[float, ...], seed: int) -> dict:
     """:func:`choose_masking` with ``flow.blend`` off."""
     fixed = {k: model.flow[k] for k in ("kappa", "denoise")}
     grid = {"kappa": kappas if fixed["kappa"] == "auto" else (float(fixed["kappa"]),),
             "denoise": taus if fixed["denoise"] == "auto" else (_denoise_value(fixed["denoise"]),)}
-    keys = double_keys(model, dm, "train") + double_keys(model, dm, "val")
-    mse = {}
-    if keys:
-        obs = observed(dm, keys)
-        for kappa in grid["kappa"]:
-            for tau in grid["denoise"]:
-                model.set_flow(kappa=kappa, denoise=tau)
-                mse[(kappa, tau)] = float(prior_errors(model, obs).mean())
+    train, val = double_keys(model, dm, "train"), double_keys(model, dm, "val")
+    parts = [(train + val, train)]  # (scored doubles, doubles the singles are fitted with)
+    if fixed["denoise"] == JOINT_DENOISER and train:  # cross-fitted: no double scores singles fitted on it
+        parts = [(val, train)] if val else []
+        order = np.random.default_rng(seed).permutation(len(train))
+        for k in range(min(JOINT_FOLDS, len(train))):
+            fold = {int(i) for i in order[k::JOINT_FOLDS]}
+            parts.append(([train[i] for i in sorted(fold)], [key for i, key in enumerate(train) if i not in fold]))
+    errors = {(kappa, tau): [] for kappa in grid["kappa"] for tau in grid["denoise"]}
+    for scored, fitted in [p for p in parts if p[0]]:
+        if fixed["denoise"] == JOINT_DENOISER:
+            fit_joint(model, dm, fitted)
+        obs = observed(dm, scored)
+        for kappa, tau in errors:
+            model.set_flow(kappa=kappa, denoise=tau)
+            errors[(kappa, tau)].append(prior_errors(model, obs))
+    if fixed["denoise"] == JOINT_DENOISER:
+        fit_joint(model, dm, train)
+    mse = {k: float(torch.cat(e).mean()) for k, e in errors.items() if e}
     if mse:
         best = min(mse, key=lambda k: (round(mse[k], 12), k))
     else:
@@ -145,13 +161,33 @@ def _choose_masking(model, dm, kappas: tuple[float, ...], taus: tuple[float, ...
                 0.0 if fixed["denoise"] == "auto" else _denoise_value(fixed["denoise"]))
     model.set_flow(kappa=best[0], denoise=best[1])
     return {"kappa": best[0], "denoise": best[1], "mse": {f"{k},{t}": v for (k, t), v in mse.items()},
-            "n": len(keys)}
+            "n": len(train) + len(val)}
+
+
+def fit_joint(model, dm, keys: list[str]) -> None:
+    """Set ``model``'s joint singles (:mod:`sciml.perturbation.nn.joint`) from its singles and the doubles ``keys``.
+
+    Each double's effect against its own controls, with squared standard error ``var(cells)/n + var(ctrl)/n_ctrl``
+    (as for the singles, :func:`sciml.perturbation.task.training_single_variances`).
+    """
+    from sciml.perturbation.nn.joint import joint_singles
+    from sciml.perturbation.task import _mean_variance
+
+    known = torch.nonzero(model.has_effect).flatten()
+    if not keys:  # no double: the measured singles
+        model.set_joint_singles(model.single_effect[known], model.single_var[known])
+        return
+    row = {int(i): j for j, i in enumerate(known)}
+    obs = observed(dm, keys)
+    pairs = torch.tensor([[row[int(a)], row[int(b)]] for a, b in obs["pert"]], dtype=torch.long).reshape(-1, 2)
+    var = np.stack([_mean_variance(dm.cells(k)) + _mean_variance(dm.control_matrix(k)) for k in keys])
+    effect, joint_var = joint_singles(model.single_effect[known], model.single_var[known], pairs,
+                                      obs["target"] - obs["mu0"], torch.as_tensor(var, dtype=torch.float32))
+    model.set_joint_singles(effect, joint_var)
 
 
 def _denoise_value(value) -> float | str:
-    """A fixed ``flow.denoise``: τ as a float, or ``"eb"`` / ``"eb_single"`` (empirical-Bayes shrinkage)."""
-    from sciml.perturbation.nn.shrinkage import EB_DENOISERS
-
+    """A fixed ``flow.denoise``: τ as a float, or a name of :data:`EB_DENOISERS` (empirical-Bayes shrinkage)."""
     return value if value in EB_DENOISERS else float(value)
 
 

@@ -12,7 +12,8 @@ from sciml.perturbation.data.datamodule import PerturbationDataModule
 from sciml.perturbation.data.table import split_key
 from sciml.perturbation.module import PerturbationFlow
 from sciml.perturbation.nn.masking import closure_terms
-from sciml.perturbation.select import choose_masking, choose_shrink
+from sciml.perturbation.nn.shrinkage import JOINT_DENOISER
+from sciml.perturbation.select import choose_masking, choose_shrink, double_keys, fit_joint
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,8 @@ def build(cfg: dict, run_dir: Path | None = None) -> tuple[PerturbationDataModul
                              effect_prior=bool(model_cfg.get("effect_prior", True)))
     model.net.set_graph(dm.gene_graph)
     model.set_single_effects(training_single_effects(dm), training_single_variances(dm))
+    if model.flow["prior"] == "masking" and model.flow["denoise"] == JOINT_DENOISER:
+        fit_joint(model, dm, double_keys(model, dm, "train"))
     seed = int(cfg.get("seed", 0))
     model.fit_combination(training_doubles(dm), torch.as_tensor(dm.control_matrix().mean(0)), seed)
     if model.flow["shrink"] == "auto":  # the rule's weight over additive, chosen on val (+ cross-fitted train)
@@ -49,7 +52,7 @@ def build(cfg: dict, run_dir: Path | None = None) -> tuple[PerturbationDataModul
     if model.flow["prior"] == "masking" and model.flow["closure"] is not False:
         set_closure(model, dm)  # before κ, τ are chosen: they are chosen for the closed prior
     if model.flow["prior"] == "masking" and "auto" in (model.flow["kappa"], model.flow["denoise"]):
-        choice = choose_masking(model, dm)
+        choice = choose_masking(model, dm, seed=seed)
         log.info("flow.prior masking: kappa %s, denoise %s (chosen on %d training + val doubles)", choice["kappa"],
                  choice["denoise"], choice["n"])
     return dm, model

@@ -17,7 +17,9 @@ effects vanish, while effects far above their standard error are kept almost unc
 
 :func:`ash_by_row` fits one such prior per row of a ``(singles, genes)`` table (``flow.denoise: eb_single``): a
 perturbation of a master regulator moves many genes, one of a leaf gene few, so each single gets its own share of
-null effects and its own effect scales (the per-condition ash of, e.g., differential-expression screens).
+null effects and its own effect scales (the per-condition ash of, e.g., differential-expression screens);
+``flow.denoise: eb_joint`` does the same to the singles estimated jointly with the training doubles
+(:mod:`sciml.perturbation.nn.joint`).
 """
 
 from __future__ import annotations
@@ -135,4 +137,6 @@ def ash_by_row(delta: Tensor, var: Tensor, iterations: int = EM_ITERATIONS) -> T
     return _posterior_rows(delta.double(), var.double(), iterations).to(delta.dtype)
 
 
-EB_DENOISERS = {"eb": ash_posterior_mean, "eb_single": ash_by_row}  # flow.denoise: one prior for all, or per single
+# flow.denoise: one prior for all, one per single, one per single of the singles fitted with the doubles (nn.joint)
+EB_DENOISERS = {"eb": ash_posterior_mean, "eb_single": ash_by_row, "eb_joint": ash_by_row}
+JOINT_DENOISER = "eb_joint"
