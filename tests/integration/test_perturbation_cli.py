@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 import yaml
 
 from sciml.cli.main import main
@@ -48,6 +49,10 @@ def test_export_writes_a_perturbation_artifact(artifact):
     assert predictor.genes == [f"G{i:03d}" for i in range(20)]
     assert predictor.bands is not None and predictor.bands.alpha == 0.5
     assert "Conditional flow-matching" in (out / "README.md").read_text()
+    m = predictor.module  # the recipe's joint singles travel in the artifact (fitted with the training doubles)
+    assert m.flow["denoise"] == "eb_joint" and "eb_joint" in (out / "README.md").read_text()
+    known = m.has_effect
+    assert not torch.allclose(m.joint_effect[known], m.single_effect[known])
 
 
 def test_predict_writes_cells_effects_and_plots(artifact, capsys):
