@@ -83,6 +83,12 @@ def _rule(rule, model, rows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, 
     return da + db, torch.where(own, da + db, pred), torch.stack([r[2] for r in rows]), own
 
 
+def _folds(n: int, folds: int, seed: int) -> list[set[int]]:
+    """``min(folds, n)`` disjoint index sets covering ``range(n)`` (a seeded permutation dealt round-robin)."""
+    order = np.random.default_rng(seed).permutation(n)
+    return [{int(i) for i in order[k::folds]} for k in range(min(folds, n))]
+
+
 def choose_shrink(model, dm, grid: tuple[float, ...] = SHRINK_GRID, folds: int = 5, seed: int = 0) -> dict:
     """Choose ``λ`` (see the module docstring) for a model whose rule is fitted; returns ``{"shrink", "mse", "n"}``.
 
@@ -97,9 +103,7 @@ def choose_shrink(model, dm, grid: tuple[float, ...] = SHRINK_GRID, folds: int =
     if val:
         parts.append(_rule(model.combination, model, val))
     if len(train) >= 2:
-        order = np.random.default_rng(seed).permutation(len(train))
-        for k in range(min(folds, len(train))):
-            fold = {int(i) for i in order[k::folds]}
+        for fold in _folds(len(train), folds, seed):
             held = [train[i] for i in sorted(fold)]
             rest = [r for i, r in enumerate(train) if i not in fold]
             rule = copy.deepcopy(model.combination).requires_grad_(True)
@@ -139,9 +143,7 @@ def _choose_masking(model, dm, kappas: tuple[float, ...], taus: tuple[float, ...
     parts = [(train + val, train)]  # (scored doubles, doubles the singles are fitted with)
     if fixed["denoise"] == JOINT_DENOISER and train:  # cross-fitted: no double scores singles fitted on it
         parts = [(val, train)] if val else []
-        order = np.random.default_rng(seed).permutation(len(train))
-        for k in range(min(JOINT_FOLDS, len(train))):
-            fold = {int(i) for i in order[k::JOINT_FOLDS]}
+        for fold in _folds(len(train), JOINT_FOLDS, seed):
             parts.append(([train[i] for i in sorted(fold)], [key for i, key in enumerate(train) if i not in fold]))
     errors = {(kappa, tau): [] for kappa in grid["kappa"] for tau in grid["denoise"]}
     for scored, fitted in [p for p in parts if p[0]]:
