@@ -101,6 +101,7 @@ def load_model(path: str | Path = DEFAULT_MODEL) -> HamiltonianPredictor:
     import sciml.uq.mondrian  # noqa: F401  (registers the "mondrian" calibrator of crystal models)
 
     art = load_artifact(path)
+    path = art.path  # the folder a shipped model name resolves to (sciml.core.io.shipped.resolve_model)
     kwargs = module_config(art.config, dict(art.metadata or {}), path)
     with _fast_e3nn_build(not (kwargs.get("meta") or {}).get("periodic")):
         module = HamiltonianModel(**kwargs)

@@ -26,6 +26,7 @@ import yaml
 
 from sciml.core.io.atomic import atomic_directory, default_mode
 from sciml.core.io.checksum import sha256_file
+from sciml.core.io.shipped import ModelNotFoundError, resolve_model
 
 FORMAT_VERSION = 1
 FILES = ("config.yaml", "weights.safetensors", "metadata.json", "calibrator.json", "README.md")
@@ -178,21 +179,24 @@ def load_artifact(path: str | Path, task: str | None = None) -> Artifact:
     Parameters
     ----------
     path : str or Path
-        Artifact folder.
+        Artifact folder, or a shipped model name (:func:`sciml.core.io.shipped.resolve_model`).
     task : str, optional
         The family the caller expects (``config.yaml``'s ``task``: ``crystal``, ``hamiltonian``...).
 
     Raises
     ------
     ArtifactError
-        Missing folder or file, corrupted/truncated weights (checksum or safetensors header), an
+        Unknown model (neither a path nor a shipped name), missing folder or file, corrupted/truncated weights (checksum or safetensors header), an
         unsupported ``format_version``, unreadable JSON/YAML, or an artifact of another task.
 
     """
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    path = Path(path)
+    try:
+        path = resolve_model(path)
+    except ModelNotFoundError as err:
+        raise ArtifactError(str(err)) from None
     if not path.is_dir():
         raise ArtifactError(f"{path}: no such model folder (expected a folder with {', '.join(FILES[:3])}; "
                             "create one with `sciml export`)")
@@ -211,7 +215,7 @@ def load_artifact(path: str | Path, task: str | None = None) -> Artifact:
     try:
         state_dict = load_file(str(weights))
         # libyaml's parser when present (same SafeConstructor, same result): a Hamiltonian config carries its
-        # normalisation statistics, ~260 kB, 0.7 s with the pure-Python parser, 0.08 s with libyaml
+        # normalisation statistics (hundreds of kB), which the pure-Python parser reads ten times slower
         config = yaml.load((path / "config.yaml").read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except (SafetensorError, OSError, yaml.YAMLError, UnicodeDecodeError) as err:
         raise ArtifactError(f"{path}: cannot read weights/config ({str(err).splitlines()[0]})") from None
