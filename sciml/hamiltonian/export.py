@@ -1,6 +1,6 @@
 """Evaluate a Hamiltonian module on a split and export it as a calibrated artifact (docs/design.md §4).
 
-Molecules (refs/HAMILTONIAN.md): the errors of :mod:`sciml.hamiltonian.evaluate` on the test split; split
+Molecules (docs/hamiltonian.md): the errors of :mod:`sciml.hamiltonian.evaluate` on the test split; split
 conformal on orbital energies.
 Crystals: H MAE over blocks (µHa) and occupied-band MAE (meV) against pyscf's bands at the generator's off-mesh
 check k-points, for the model and for H0; per-band (Mondrian) conformal scores ``max_k |ε_b − ε_b^pyscf|`` on the

@@ -6,7 +6,7 @@ matrix entries. Reciprocal space (molecules: the Γ point): orbital energies ε 
     X = S^{-1/2} (Löwdin),   ε = eigvalsh(X H X)        (n_occupied + n_virtual lowest),
 
 differentiable through ``torch.linalg.eigvalsh`` (the loss sees eigenvalues only, never eigenvectors, so
-near-degenerate levels give finite gradients). See ``refs/HAMILTONIAN.md`` for NextHAM's projected variant.
+near-degenerate levels give finite gradients). NextHAM uses a projected variant.
 Density (molecules, optional): the first-order change of the occupied density, the occupied–virtual block of the
 error weighted by the inverse gap (:func:`density_error`).
 """
@@ -125,7 +125,7 @@ def matrix_mae(h_flat: torch.Tensor, ref_flat: torch.Tensor, batch) -> torch.Ten
 
 
 def gauge_shift(h_flat: torch.Tensor, ref_flat: torch.Tensor, batch) -> torch.Tensor:
-    """Per-graph ``μ = ⟨H_pred − H_ref, S⟩ / ⟨S, S⟩`` (refs/HAMILTONIAN.md), expanded to ``(F,)``."""
+    """Per-graph ``μ = ⟨H_pred − H_ref, S⟩ / ⟨S, S⟩`` (docs/hamiltonian.md, "Metrics"), expanded to ``(F,)``."""
     graph = torch.repeat_interleave(torch.arange(len(batch.n_ao), device=h_flat.device), batch.n_ao ** 2)
     zeros = torch.zeros(len(batch.n_ao), dtype=h_flat.dtype, device=h_flat.device)
     num = zeros.index_add(0, graph, (h_flat - ref_flat) * batch.s)

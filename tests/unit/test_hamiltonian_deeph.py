@@ -44,7 +44,7 @@ def test_roundtrip(tmp_path, order):
 
 
 def test_openmx_order_is_a_permutation_of_pyscf(tmp_path):
-    # DeepH/OpenMX order from pyscf: p [0,1,2]; d [2,4,0,3,1]; f [3,4,2,5,1,6,0] (refs/HAMILTONIAN.md)
+    # DeepH/OpenMX order from pyscf: p [0,1,2]; d [2,4,0,3,1]; f [3,4,2,5,1,6,0] (docs/formats.md)
     assert openmx_permutation(1).tolist() == [0, 1, 2]
     assert openmx_permutation(2).tolist() == [2, 4, 0, 3, 1]
     assert openmx_permutation(3).tolist() == [3, 4, 2, 5, 1, 6, 0]

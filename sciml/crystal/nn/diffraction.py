@@ -1,6 +1,6 @@
 """Reciprocal-space (diffraction) branch with learnable per-atom scattering factors.
 
-Implements the diffraction half of PRDNet (ICLR 2026, see ``refs/CRYSTAL.md``) with a Cromer–Mann form for
+Implements the diffraction half of PRDNet (ICLR 2026; ``docs/crystal.md``) with a Cromer–Mann form for
 the learned "pseudo-particle" scattering factor.
 """
 

@@ -1,6 +1,6 @@
 """Periodic Hamiltonian data with pyscf.pbc: KS-DFT on a k-mesh, H(R)/H0(R) by Fourier transform, exact S(R).
 
-Recipe (``../shared/refs/HAMILTONIAN.md``, "Periodic data"): SCF (KRKS, GTH pseudopotentials, GTH basis) on
+Recipe (``datasets/hamiltonian_crystals/README.md``): SCF (KRKS, GTH pseudopotentials, GTH basis) on
 ``kmesh``; then non-SCF Fock builds on the denser ``fock_kmesh`` -- H from the SCF density, H0 from the minao
 initial-guess density (superposition of atomic densities) -- Fourier-transformed onto Wigner-Seitz atom-pair
 blocks within ``cutoff``; S(R) computed exactly in real space (``gto.intor_cross``) for the same blocks.

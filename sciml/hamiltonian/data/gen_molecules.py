@@ -1,7 +1,7 @@
 """Molecular geometries for the Hamiltonian generator: the built-in MD17 set, xyz files, random conformers.
 
 The built-in geometries are hand-built near-equilibrium structures (standard bond lengths and angles, not
-optimised), the same kind of starting point as the shared data (``../shared/data/hamiltonian/README.md``).
+optimised), the same kind of starting point as the shared data (``datasets/hamiltonian_molecules/README.md``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The shared npz format of molecular Hamiltonians (``../shared/data/hamiltonian/README.md``).
+"""The shared npz format of molecular Hamiltonians (``docs/formats.md``).
 
 One file per molecule, all conformers stacked; matrices in **pyscf** AO order, Hartree; positions in Å:
 ``atomic_numbers (n_atoms,)``, ``positions_angstrom (n_conf, n_atoms, 3)``, ``hamiltonian``, ``hamiltonian_0``,
