@@ -1,4 +1,9 @@
-"""``sciml crystal predict --model DIR FILE_OR_DIR... [--alpha A] [--beta B] [--shift-aware] --output preds.csv``."""
+"""``sciml crystal predict`` and ``sciml crystal calibrate``.
+
+``predict --model NAME_OR_DIR FILE_OR_DIR... [--alpha A] [--beta B] [--shift-aware] --output preds.csv``;
+``calibrate --model NAME_OR_DIR --operation conformal|domain [--data D] [--alpha A] [--output DIR]``.
+Arguments, input paths and the model name are checked before torch and pymatgen are imported.
+"""
 
 from __future__ import annotations
 
@@ -10,58 +15,104 @@ from sciml.cli.feedback import (
     add_domain_arguments,
     calibration_sizes,
     infinite_interval_note,
+    predict_exit_code,
     require_inputs,
     stage,
 )
 
 INPUTS = "give structure files (CIF, POSCAR, extxyz, json), folders of them, or CSV files with a 'cif' column"
+MODEL_HELP = "shipped model name (`sciml models`) or artifact folder"
+#: group functions of crystal models (registered by :mod:`sciml.crystal.calibration`; named here so that
+#: ``--help`` needs no torch; ``tests/integration/test_startup.py`` checks that the two agree)
+GROUP_NAMES = ("anion", "crystal_system")
+#: terminal columns (file column names; ``alpha`` is in the summary line, ``note``/``error`` shown when set)
+NOTE_WIDTH = 60  # characters of note/error shown in the terminal
+SHOWN = ("source", "formula", "n_atoms", "{t}", "{t}_lower", "{t}_upper", "domain_pvalue", "in_domain")
 
 
 def add_parser(sub, name: str) -> None:
-    """Register ``crystal`` and its sub-verb ``predict``."""
+    """Register ``crystal`` and its sub-verbs ``predict`` and ``calibrate``."""
     p = sub.add_parser(name, help="crystal property prediction")
     verbs = p.add_subparsers(dest="crystal_verb", required=True)
     q = verbs.add_parser("predict", help="predict from structure files (CIF, POSCAR, extxyz, json, folders, CSV)")
     q.add_argument("inputs", nargs="+", help="structure files, folders, or CSV files with a 'cif' column")
-    q.add_argument("--model", default=None, help="artifact folder (default: checkpoints/perov5-heat-all)")
+    q.add_argument("--model", default=None, help=f"{MODEL_HELP} (default: perov5-heat-all)")
     q.add_argument("--alpha", type=float, default=0.1, help="miscoverage of the conformal interval")
     q.add_argument("--output", default=None, help="CSV to write (atomically); printed when omitted")
     add_domain_arguments(q, "structure")
     q.add_argument("--batch-size", type=int, default=64)
-    q.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    q.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: OMP_NUM_THREADS, else "
+                   "the cores not busy; sciml.core.threads)")
     q.set_defaults(run=run_predict)
+    add_calibrate_parser(verbs)
+
+
+def add_calibrate_parser(verbs) -> None:
+    """Register ``crystal calibrate`` (post-hoc operations on an artifact, :mod:`sciml.crystal.calibrate`)."""
+    c = verbs.add_parser("calibrate", help="post-hoc operations on a crystal artifact: refit the conformal "
+                         "calibrator on new labelled data, or add its domain test")
+    c.add_argument("--model", required=True, help=f"{MODEL_HELP}; rewritten in place unless --output is given")
+    c.add_argument("--operation", default="conformal", choices=("conformal", "domain"),
+                   help="conformal: refit the calibrator on --data (default); domain: fit domain.json on the "
+                        "model's recorded train/calib split (--data: where its training data is now)")
+    c.add_argument("--data", default=None, help="conformal: CSV with a cif column and the target column, or a "
+                   "folder with id_prop.csv (required); domain: the training data, when moved")
+    c.add_argument("--output", default=None, help="write the result to this new folder; the model is unchanged")
+    c.add_argument("--alpha", type=float, default=0.1, help="conformal: miscoverage (default 0.1)")
+    c.add_argument("--method", default="split", choices=("split", "mondrian", "multigroup"),
+                   help="conformal: calibrator to fit (default split)")
+    c.add_argument("--score", default=None, choices=("absolute", "normalized"),
+                   help="conformal: conformity score (default: the artifact's, else absolute)")
+    c.add_argument("--group-by", default=None,
+                   help=f"conformal: group function(s) {list(GROUP_NAMES)}: one for --method mondrian (default "
+                   "crystal_system), comma-separated for multigroup (default crystal_system,anion)")
+    c.add_argument("--target", default=None, help="conformal: target column of a CSV (default: the model's)")
+    c.add_argument("--holdout", type=float, default=0.5, help="conformal: fraction held out to measure coverage")
+    c.add_argument("--seed", type=int, default=0, help="seed of the held-out split (conformal) or the domain "
+                   "test's draws (domain)")
+    c.add_argument("--threads", type=int, default=None, help="torch CPU threads (sciml.core.threads)")
+    c.set_defaults(run=run_calibrate)
 
 
 def display_table(head: list[dict], target: str):
-    """The printed table: value, interval (``*`` = out of domain, no guarantee), domain p-value, flag."""
+    """The printed rows: the file's columns (:data:`SHOWN`, plus ``note`` and ``error`` when any row has one).
+
+    Numbers are rounded and a long ``note`` or ``error`` is cut at :data:`NOTE_WIDTH` characters.
+    """
     import pandas as pd
 
-    def interval(row) -> str:
-        lo, hi = row.get(f"{target}_lower"), row.get(f"{target}_upper")
-        if row["error"] or lo is None or lo != lo:
-            return ""
-        return f"[{lo:.4f}, {hi:.4f}]" + ("*" if row["in_domain"] is False else "")
-
     table = pd.DataFrame(head)
-    out = table[["source", "formula", "n_atoms"]].copy()
-    out[target] = table[target].map(lambda v: "" if v is None or v != v else f"{v:.4f}")
-    out["interval"] = [interval(row) for row in head]
-    out["p_domain"] = table["domain_pvalue"].map(lambda v: "" if v is None or v != v else f"{v:.3f}")
-    out["flag"] = table["error"].where(table["error"].astype(bool), table["in_domain"].map(
-        lambda d: "out of domain (see note)" if d is False else ""))
+    for column in ("note", "error"):
+        table[column] = table[column].map(lambda v: v or "")  # None in error rows
+    names = [c.format(t=target) for c in SHOWN] + [c for c in ("note", "error") if table[c].astype(bool).any()]
+    out = table[names].copy()
+    for column, digits in ((target, 4), (f"{target}_lower", 4), (f"{target}_upper", 4), ("domain_pvalue", 3)):
+        out[column] = table[column].map(lambda v, d=digits: "" if v is None or v != v else f"{v:.{d}f}")
+    out["in_domain"] = table["in_domain"].map(lambda v: "" if v is None else str(bool(v)))
+    for column in ("note", "error"):
+        if column in out:  # the file holds the whole text
+            out[column] = out[column].map(lambda v: v if len(v) <= NOTE_WIDTH else v[:NOTE_WIDTH - 3] + "...")
     return out
 
 
-def run_predict(args, overrides: list[str]) -> int:
-    """Stream predictions to CSV; print a table when small. Exit 0 even with per-file error rows.
+def _check_predict_args(args) -> None:
+    """Everything about the command line that can be wrong, before any heavy import."""
+    from sciml.core.io.shipped import resolve_model
 
-    Inputs that do not exist fail at once, before torch and pymatgen are imported.
-    """
     check_alpha_arg(args.alpha)
     check_alpha_arg(args.beta, "--beta")
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.min_ess <= 0:
+        raise ValueError(f"--min-ess must be > 0, got {args.min_ess}")
     require_inputs(args.inputs, "file or folder", INPUTS)
+    if args.model is not None:
+        resolve_model(args.model)
+
+
+def run_predict(args, overrides: list[str]) -> int:
+    """Stream predictions to CSV; print a table when small; exit 0, 1 (some error rows) or 3 (no row predicted)."""
+    _check_predict_args(args)
     start = time.perf_counter()
     stage("crystal predict", "loading the model ...", terminal_only=True)
     import pandas as pd
@@ -71,24 +122,24 @@ def run_predict(args, overrides: list[str]) -> int:
     from sciml.crystal.predict import iter_prediction_rows
     from sciml.crystal.write import write_rows
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads)
     predictor = load_model(args.model or DEFAULT_MODEL)
     t = predictor.target
     stage("crystal predict", f"loaded {predictor.path} ({t['name']} in {t['unit']}) in "
           f"{time.perf_counter() - start:.1f} s; predicting {len(args.inputs)} input(s) in batches of "
-          f"{args.batch_size}, {torch.get_num_threads()} thread(s)")
+          f"{args.batch_size}, {torch.get_num_threads()} thread(s) ({args.threads_source})")
     if predictor.domain is None:
         stage("crystal predict", f"{predictor.path} has no domain.json: in_domain is known only for unseen "
-              "elements; re-export the model (or sciml.crystal.export.add_domain) to get domain p-values")
+              "elements; add it with `sciml crystal calibrate --operation domain`")
     rows = iter_prediction_rows(args.inputs, predictor, args.alpha, args.batch_size, progress=True, beta=args.beta,
                                 shift_aware=args.shift_aware, min_ess=args.min_ess)
     written = write_rows(rows, predictor, args.output)
-    with pd.option_context("display.width", 160, "display.max_columns", 20, "display.max_colwidth", 60):
-        print(display_table(written.head, t["name"]).to_string(index=False))
+    if written.head:
+        with pd.option_context("display.width", 200, "display.max_columns", 20):
+            print(display_table(written.head, t["name"]).to_string(index=False))
     if written.n_rows > len(written.head):
         print(f"... {written.n_rows - len(written.head)} more rows")
-    flagged = (f"{written.n_flagged} out of domain (intervals marked *: no guarantee)" if predictor.domain
+    flagged = (f"{written.n_flagged} with in_domain False (their intervals carry no guarantee)" if predictor.domain
                or written.n_flagged else "domain unknown")
     print(f"{written.n_rows} structures, {written.n_errors} errors, {flagged} in {time.perf_counter() - start:.1f} s; "
           f"{t['name']} in {t['unit']}, {100 * (1 - args.alpha):.0f}% conformal intervals"
@@ -97,4 +148,65 @@ def run_predict(args, overrides: list[str]) -> int:
     if predictor.calibrator is not None and (note := infinite_interval_note(
             calibration_sizes(predictor.calibrator), args.alpha)):
         print(note, file=sys.stderr)
+    code = predict_exit_code(written.n_rows, written.n_errors)
+    if code:
+        what = "no structure found in the inputs" if written.n_rows == 0 else (
+            f"{written.n_errors} of {written.n_rows} inputs failed; the error column says why")
+        print(f"exit code {code}: {what}", file=sys.stderr)
+    return code
+
+
+def _check_calibrate_args(args):
+    """Check the command line; return the artifact folder. A shipped model given by name needs ``--output``."""
+    from pathlib import Path
+
+    from sciml.core.io.shipped import resolve_model
+
+    check_alpha_arg(args.alpha)
+    if not 0 < args.holdout < 1:
+        raise ValueError(f"--holdout must be in (0, 1), got {args.holdout}")
+    folder = resolve_model(args.model)
+    if args.output is None and not Path(args.model).exists():
+        raise ValueError(f"{args.model} is a shipped model: pass --output DIR to write a calibrated copy")
+    if args.operation == "conformal":
+        if args.data is None:
+            raise ValueError("--operation conformal needs --data: a CSV with a cif column and the target column, "
+                             "or a folder with id_prop.csv")
+        require_inputs([args.data], "file or folder", "give a CSV with a cif column and the target column, or a "
+                       "folder with id_prop.csv")
+    elif args.data is not None:
+        require_inputs([args.data], "file or folder", "give the model's training data (CSV or id_prop.csv folder)")
+    if args.output is not None and Path(args.output).exists():
+        raise FileExistsError(f"{args.output} already exists; choose another --output")
+    return folder
+
+
+def run_calibrate(args, overrides: list[str]) -> int:
+    """Run the operation, print what changed (coverage before/after, or the domain test), write the artifact."""
+    _check_calibrate_args(args)
+    import torch
+
+    from sciml.cli.feedback import progress
+    from sciml.crystal.calibrate import add_domain, recalibrate, target_folder
+
+    torch.set_num_threads(args.threads)
+    with target_folder(args.model, args.output) as folder:
+        if args.operation == "domain":
+            stage("crystal calibrate", f"fitting domain.json of {args.model} on its recorded split ...")
+            domain = add_domain(folder, args.data, args.seed)
+            done = (f"domain test (k={domain.score.k}, beta={domain.score.beta:g}) on {domain.score.n_calib} "
+                    "calibration structures")
+        else:
+            with progress(total=0, desc="calibrate: predict", unit="structure") as bar:
+                rec = recalibrate(folder, args.data, args.method, args.alpha, args.score, args.group_by, args.target,
+                                  args.holdout, args.seed, lambda m: stage("calibrate", m), bar)
+            before = rec["before"] or {"coverage": float("nan"), "width": float("nan")}
+            print(f"held-out structures: {rec['n_holdout']} (fitted on {rec['n_fit']}), target coverage "
+                  f"{1 - rec['alpha']:.3f}")
+            print(f"{'':8}{'coverage':>10}{'width':>12}")
+            for name, row in (("before", before), ("after", rec["after"])):
+                print(f"{name:8}{row['coverage']:>10.3f}{row['width']:>12.4f}")
+            done = f"calibrator.json ({rec['method']}, score {rec['score']})"
+    where = args.output or folder
+    print(f"wrote {done} to {where}")
     return 0

@@ -1,4 +1,4 @@
-"""What the verbs tell the user while they work: early input checks, stage lines, progress bars, α notes.
+"""What the verbs tell the user: early input checks, stage lines, progress bars, α notes, exit codes.
 
 Everything here is cheap to import (no torch): verbs call :func:`require_inputs` before their heavy imports,
 so a typo in a file name fails in a fraction of a second.
@@ -10,6 +10,22 @@ import math
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+
+EXIT_OK, EXIT_SOME_FAILED, EXIT_ERROR, EXIT_NONE_PREDICTED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+#: exit code of every ``sciml`` verb -> meaning (printed by ``sciml --help``; docs/cli.md)
+EXIT_CODES = {EXIT_OK: "done: every input predicted (or the verb's work finished)",
+              EXIT_SOME_FAILED: "some inputs failed: their rows or files say why, the other inputs were predicted",
+              EXIT_ERROR: "an error stopped the command before or during its work (one 'error:' line): bad "
+                          "arguments, a missing or unreadable input, model or config",
+              EXIT_NONE_PREDICTED: "no input could be predicted (every input failed, or none was found)",
+              EXIT_INTERRUPTED: "interrupted (Ctrl-C)"}
+
+
+def predict_exit_code(n_inputs: int, n_failed: int) -> int:
+    """Exit code of a predict verb: 0 all predicted, 1 some failed, 3 none predicted (or no input found)."""
+    if n_inputs == 0 or n_failed >= n_inputs:
+        return EXIT_NONE_PREDICTED
+    return EXIT_SOME_FAILED if n_failed else EXIT_OK
 
 
 def require_inputs(paths: Iterable, what: str, hint: str = "") -> None:

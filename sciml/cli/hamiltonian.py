@@ -38,7 +38,7 @@ def add_parser(sub, name: str) -> None:
                         "model's H0 method with XC one grid level coarser, corrected at the SAD density; ~5 bring "
                         "it near the SCF solution); 0: the network's H as it is")
     q.add_argument("--batch-size", type=int, default=16, help="molecules per network call")
-    q.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    q.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: sciml.core.threads)")
     q.add_argument("--kpath", type=int, default=60, help="crystals: k-points along the high-symmetry path")
     q.add_argument("--symprec", type=float, default=0.1,
                    help="crystals: symmetry tolerance (Å) for the k-path (larger: displaced cells keep the ideal one)")

@@ -32,7 +32,7 @@ def add_parser(sub, name: str) -> None:
     q.add_argument("--control-label", default=None, help="label of control cells (default: the model's)")
     q.add_argument("--counts-layer", default=None, help="layer with raw counts (default: log1p values in X)")
     q.add_argument("--reorder-genes", action="store_true", help="select the model's genes by name in any order")
-    q.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    q.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: sciml.core.threads)")
     q.set_defaults(run=run_predict)
 
 

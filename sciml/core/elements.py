@@ -1,4 +1,4 @@
-"""Element descriptor table (CGCNN-style atom features) computed once from pymatgen."""
+"""Element symbols (H..Lr) and the element descriptor table (CGCNN-style atom features) computed once from pymatgen."""
 
 from __future__ import annotations
 
@@ -11,6 +11,10 @@ MAX_Z = 103
 PROPERTIES = ("Z", "X", "row", "group", "atomic_radius", "atomic_mass", "mendeleev_no", "ionization_energy",
               "electron_affinity", "average_ionic_radius", "molar_volume")
 BLOCKS = ("s", "p", "d", "f")
+#: element symbol by atomic number, ``SYMBOLS[z]`` for z = 1..MAX_Z (index 0 is empty); no pymatgen import needed
+SYMBOLS = ("", *"""H He Li Be B C N O F Ne Na Mg Al Si P S Cl Ar K Ca Sc Ti V Cr Mn Fe Co Ni Cu Zn Ga Ge As Se Br Kr
+    Rb Sr Y Zr Nb Mo Tc Ru Rh Pd Ag Cd In Sn Sb Te I Xe Cs Ba La Ce Pr Nd Pm Sm Eu Gd Tb Dy Ho Er Tm Yb Lu Hf Ta W
+    Re Os Ir Pt Au Hg Tl Pb Bi Po At Rn Fr Ra Ac Th Pa U Np Pu Am Cm Bk Cf Es Fm Md No Lr""".split())
 
 
 def _value(element, name: str) -> float:

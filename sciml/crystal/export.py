@@ -2,8 +2,8 @@
 
 With ``calibrate`` the artifact also gets ``domain.json`` (:mod:`sciml.crystal.domain`): the domain test fitted
 on the train split and calibrated on the calib split, and the shift-aware calibration subset.
-:func:`add_domain` adds it to an artifact exported before, rebuilding the recorded split from the data, without
-touching weights, config or calibrator.
+:func:`sciml.crystal.calibrate.add_domain` (``sciml crystal calibrate --operation domain``) adds it to an artifact
+exported before, rebuilding the recorded split from the data, without touching weights, config or calibrator.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from math import nan
 from pathlib import Path
 
 from sciml.core.io import card
-from sciml.core.io.artifact import ArtifactError, add_extra_files, load_artifact, save_artifact
+from sciml.core.io.artifact import save_artifact
 from sciml.core.io.checksum import sha256_file
 from sciml.crystal.calibration import graph_structures, resolve_group_by
 from sciml.crystal.data.sources import labels_file
@@ -121,48 +121,3 @@ def domain_summary(domain: CrystalDomain) -> dict:
     return {"file": DOMAIN_FILE, "method": d.method, "layer": domain.layer, "k": d.k, "beta": d.beta,
             "n_reference": int(d.reference.shape[0]), "n_train": d.n_train, "n_calib": d.n_calib,
             "n_shift": len(domain.shift_scores), "seed": domain.seed}
-
-
-def add_domain(path: str | Path, data_path: str | None = None, seed: int = 0) -> CrystalDomain:
-    """Add ``domain.json`` to an exported crystal artifact without changing its weights, config or calibrator.
-
-    The artifact's recorded split is rebuilt from its ``config.yaml`` data settings (same file, split fractions
-    and seed); the data file must hash to the ``data_sha256`` of ``metadata.json`` and the split sizes must
-    match, so the train and calib splits are exactly those of the export.
-
-    Parameters
-    ----------
-    path : str or Path
-        Artifact folder (with a calibrator).
-    data_path : str, optional
-        Where the training data is now, when not at the recorded ``data.path``.
-    seed : int
-        Seed of the coreset and shift-subset draws.
-
-    """
-    from sciml.crystal.artifact import load_model
-
-    art, predictor = load_artifact(path, task="crystal"), load_model(path, domain=False)  # replaces an old one
-    if predictor.calibrator is None:
-        raise ArtifactError(f"{art.path}: no calibrator; add_domain needs a calibrated artifact")
-    data = dict(art.config["data"]) | ({"path": data_path} if data_path else {})
-    digest = sha256_file(labels_file(data["path"]))
-    if digest != art.metadata.get("metrics", {}).get("data_sha256"):
-        raise ArtifactError(f"{data['path']}: sha256 differs from the data the model was trained on; pass the "
-                            "original file")
-    dm = datamodule({"data": data}, None)
-    if dm.split_sizes() != art.metadata.get("split_sizes"):
-        raise ArtifactError(f"{art.path}: rebuilt split {dm.split_sizes()} differs from the recorded "
-                            f"{art.metadata.get('split_sizes')}")
-    domain = fit_domain(predictor.module, dm, predictor.calibrator, seed=seed,
-                        calibrator_sha256=sha256_file(art.path / "calibrator.json"))
-    how = (f"added after export by `sciml.crystal.export.add_domain` from the recorded split rebuilt from "
-           f"`{art.config['data']['path']}` (sha256 checked, split seed {data.get('split', {}).get('seed')}); "
-           "weights and calibrator unchanged")
-    text = (art.path / "README.md").read_text().rstrip("\n")
-    text = "\n".join(line for line in text.splitlines() if not line.startswith("- Applicability domain")
-                     and not line.startswith("- `--shift-aware`"))
-    add_extra_files(art.path, {DOMAIN_FILE: domain.to_dict()}, metadata={"domain": domain_summary(domain)},
-                    card="\n".join([text, *domain_lines(domain, how), ""]))
-    return domain
-

@@ -123,9 +123,9 @@ def _check_shift_aware(predictor: CrystalPredictor, alpha) -> None:
         raise ValueError(f"{predictor.path}: --shift-aware needs a calibrated model with domain.json and an alpha; "
                          "re-export with `sciml export --calibrate` or drop --shift-aware")
     if not predictor.shift_current:
-        raise ValueError(f"{predictor.path}: calibrator.json was replaced after domain.json was made (sciml "
-                         "calibrate?), so its shift-aware scores are stale; run sciml.crystal.export.add_domain "
-                         "on the model, or drop --shift-aware")
+        raise ValueError(f"{predictor.path}: calibrator.json was replaced after domain.json was made, so its "
+                         "shift-aware scores are stale; run `sciml crystal calibrate --operation domain` on the "
+                         "model, or drop --shift-aware")
 
 
 def _shift_rows(pending: list, predictor: CrystalPredictor, alpha: float, beta: float, min_ess: float) -> dict:

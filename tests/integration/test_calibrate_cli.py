@@ -73,7 +73,7 @@ def test_failed_write_leaves_artifact_intact(model: Path, data: Path, monkeypatc
     def boom(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr("sciml.cli.calibrate.shutil.copy2", boom)
+    monkeypatch.setattr("sciml.crystal.calibrate.shutil.copy2", boom)
     assert main(["calibrate", "--model", str(model), "--data", str(data)]) == 2
     assert {p.name: _sha(p) for p in model.iterdir()} == before
 
@@ -82,7 +82,7 @@ def test_failed_write_leaves_artifact_intact(model: Path, data: Path, monkeypatc
     ("extra", "message"),
     [(["--target", "nope"], "target column 'nope' not found"),
      (["--holdout", "1.5"], "--holdout must be in (0, 1)"),
-     (["--alpha", "2"], "alpha must be in the open interval")],
+     (["--alpha", "2"], "--alpha must lie in (0, 1)")],
 )
 def test_bad_input_one_line_error(model: Path, data: Path, capsys, extra: list[str], message: str) -> None:
     """Bad target, holdout or alpha: exit 2 and a one-line error naming the field."""

@@ -113,7 +113,7 @@ def test_add_domain_to_an_artifact_without_one_keeps_weights_and_calibrator(doma
     import shutil
 
     from sciml.core.io.artifact import add_extra_files
-    from sciml.crystal.export import add_domain
+    from sciml.crystal.calibrate import add_domain
 
     old = tmp_path / "old"
     shutil.copytree(domain_run["artifact"], old)
@@ -135,6 +135,25 @@ def test_add_domain_to_an_artifact_without_one_keeps_weights_and_calibrator(doma
         add_extra_files(old, {}, metadata={"weights_sha256": "x"})
     with pytest.raises(ValueError, match="lower-case"):
         add_extra_files(old, {"calibrator.json": {}})
+
+
+def test_calibrate_domain_operation_writes_a_copy_with_domain_json(domain_run, tmp_path, capsys):
+    """``sciml crystal calibrate --operation domain --output``: the copy gets domain.json, the source is unchanged."""
+    import shutil
+
+    old = tmp_path / "old"
+    shutil.copytree(domain_run["artifact"], old)
+    meta = json.loads((old / "metadata.json").read_text())
+    (old / "domain.json").unlink()
+    meta.pop("extra_files"), meta.pop("domain")
+    (old / "metadata.json").write_text(json.dumps(meta))
+    before = {p.name: p.read_bytes() for p in old.iterdir()}
+    new = tmp_path / "new"
+    assert main(["calibrate", "--model", str(old), "--operation", "domain", "--output", str(new)]) == 0
+    assert "wrote domain test" in capsys.readouterr().out
+    assert {p.name: p.read_bytes() for p in old.iterdir()} == before
+    assert load_model(new).domain is not None and load_model(old).domain is None
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no work folder left
 
 
 def test_shift_aware_refuses_stale_scores_after_the_calibrator_was_replaced(domain_run, tmp_path):
