@@ -24,7 +24,7 @@ from sciml.uq.groups import predict_interval, structure_groups
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "materials"
 MODELS = {"perov5": ROOT / "checkpoints" / "perov5-heat-all", "carbon24": ROOT / "checkpoints" / "carbon24-energy"}
-SIZE_GROUPS = {"6-8": (6, 8), "9-12": (9, 12), "13-24": (13, 24)}  # evaluation groups of issue 13 (carbon24)
+SIZE_GROUPS = {"6-8": (6, 8), "9-12": (9, 12), "13-24": (13, 24)}  # evaluation groups of the carbon24 coverage check
 ALPHA = 0.1
 
 
@@ -264,7 +264,7 @@ def crystal_section(args) -> dict:
 
 
 def done_when(out: dict) -> dict:
-    """The crystal Done-when lines of issue 13, each with the measured value and whether it holds."""
+    """The crystal domain and coverage checks, each with the measured value and whether it holds."""
     checks = {}
     if "perov5" in out:
         p = out["perov5"]

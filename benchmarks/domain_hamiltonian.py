@@ -11,18 +11,18 @@ For each set, measured in this one run with the shipped artifact (``checkpoints/
 (µHa, per conformer: mean, median, max, and over unflagged conformers), the domain flag rate at β = 0.05 (and
 0.01), coverage of the 90% orbital-energy intervals over all conformers ("unflagged baseline") and over
 in-domain ones, for the shipped calibrator (Mondrian by orbital, normalised by σ(x) = 1 + (s(x)/s̃)²) beside the
-baselines fitted here on the same calibration data: one pooled width (the calibrator before issue 13, calib
+baselines fitted here on the same calibration data: one pooled width (a single threshold, calib
 split only), one width per orbital (γ = 0) and γ = 1; the shift-aware intervals (weighted conformal against each
 set, ESS guard); AUROC of the domain score (k-NN distance) for "from this set rather than the in-distribution
-set" and, within each set, for "some orbital energy outside its interval". The issue-13 done-when checks are
-evaluated and stored.
+set" and, within each set, for "some orbital energy outside its interval". The water model's domain checks are
+evaluated and stored (``done_when``).
 
 The shipped domain test and calibrator declare a domain wider than the training conformers: they were fitted
 (``sciml.hamiltonian.export.add_domain(..., extra_calib=...)``) on the training-like splits plus new broad
 conformers (σ uniform in 0–0.10 Å, rotated, seed 7; none of the benchmark seeds 101–103). Pass that file with
 ``--extra-calib`` (its sha256 is checked against the artifact's metadata); the baselines then use the same
 calibration data. ``training_like_calibration`` in each set is the domain test and calibrator refitted here
-without the extra conformers (what shipped before): its flag rate and in-domain coverage are the "before".
+without the extra conformers: the training-like calibration, a baseline beside the shipped one.
 
 Writes the ``"hamiltonian"`` key of ``benchmarks/results/domain.json`` (read-modify-write: other keys kept).
 

@@ -1,4 +1,4 @@
-"""Unseen molecules: the general organic Hamiltonian model on molecules it never saw in any conformer (issue 15).
+"""Unseen molecules: the general organic Hamiltonian model on molecules it never saw in any conformer.
 
 For every held-out molecule (one npz per molecule, e.g. ``sciml data hamiltonian --molecule g2-holdout,md17-holdout
 --n 4 --sigma 0.02 --sigma-max 0.10 --rotate --h0 fast --seed 12 --out runs/data/organic-holdout``), side by side
@@ -237,7 +237,7 @@ def refine_summary(per_molecule: dict) -> dict | None:
 
 
 def summarise(per_molecule: dict, n_seeds: int) -> dict:
-    """Means over held-out molecules and the Done-when checks of issue 15."""
+    """Means over held-out molecules and the accuracy, coverage and network-vs-ridge checks."""
     methods = ["h0", "ridge"] + [f"network_seed{k}" for k in range(n_seeds)]
     mean = {m: {key: float(np.mean([v[m][key] for v in per_molecule.values()]))
                 for key in per_molecule[next(iter(per_molecule))][m]} for m in methods}

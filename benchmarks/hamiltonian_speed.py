@@ -1,4 +1,4 @@
-"""End-to-end speed of ``sciml hamiltonian predict`` against the pyscf SCF, by molecule size, in one run (issue 15.4).
+"""End-to-end speed of ``sciml hamiltonian predict`` against the pyscf SCF, by molecule size, in one run.
 
 Molecules of increasing size (closed-shell H/C/N/O), each on fresh conformers (``displaced_conformers``,
 σ = 0.05 Å, seed 2026, a seed no data set used):

@@ -112,7 +112,7 @@ def train_flow(cfg: dict, run_dir: Path) -> tuple[PerturbationFlow, float, bool]
 
 
 def legacy_predictions(module: PerturbationFlow, dm, split: str, n_cells: int, seed: int) -> dict:
-    """Today's sampler before issue 14.
+    """The reference sampler: nothing cached, one condition at a time.
 
     One condition per call, 10 RK4 steps, the whole network (control tokens, their keys and values, perturbation
     embedding) recomputed at every evaluation, no projection onto x ≥ 0.
@@ -271,7 +271,7 @@ def grn_case(setting: str, seed: int, base: dict, work: Path, n_cells: int, alph
 
 
 def done_when(results: dict) -> dict:
-    """Issue 14's bars per simulator case, and the Norman and speed bars."""
+    """Per simulator case: ≤ 0.75 × additive, no double over 2 ×, no negative value, band coverage; Norman and speed."""
     rows = []
     for r in results.get("grn", []):
         s = r["summary"]
