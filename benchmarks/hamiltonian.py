@@ -4,7 +4,7 @@ Measured in this one run, on the same test split: our model (ΔH = H − H0: clo
 base + equivariant attention network on the residual, real + orbital-energy loss), the closed-form base alone,
 the network without H0 input (predicts H; no ridge base, which needs H0), the model without the reciprocal-
 space (orbital-energy) term, and H0 itself. Metrics (``sciml.hamiltonian.evaluate.evaluate``): H MAE over all
-matrix entries (µHa), the gauge-corrected MAE (refs/HAMILTONIAN.md), occupied orbital-energy MAE (meV),
+matrix entries (µHa), the gauge-corrected MAE (docs/hamiltonian.md, "Metrics"), occupied orbital-energy MAE (meV),
 HOMO–LUMO gap MAE (meV), occupied-orbital cosine similarity (%), and for our model the coverage / width of 90%
 split-conformal intervals on orbital energies (calibrated on the calib split). Speed: model inference per
 molecule vs a pyscf SCF of the same molecules, timed in this run (plus the pyscf H0/S build that prediction
