@@ -77,13 +77,15 @@ def add_calibrate_parser(verbs) -> None:
 def display_table(head: list[dict], target: str):
     """The printed rows: the file's columns (:data:`SHOWN`, plus ``note`` and ``error`` when any row has one).
 
-    Numbers are rounded and a long ``note`` or ``error`` is cut at :data:`NOTE_WIDTH` characters.
+    Numbers are rounded; ``error`` is shown without its file name (the ``source`` beside it), and a long ``note``
+    or ``error`` is cut at :data:`NOTE_WIDTH` characters.
     """
     import pandas as pd
 
     table = pd.DataFrame(head)
     for column in ("note", "error"):
         table[column] = table[column].map(lambda v: v or "")  # None in error rows
+    table["error"] = [e.removeprefix(f"{src}: ") for src, e in zip(table["source"], table["error"], strict=True)]
     names = [c.format(t=target) for c in SHOWN] + [c for c in ("note", "error") if table[c].astype(bool).any()]
     out = table[names].copy()
     for column, digits in ((target, 4), (f"{target}_lower", 4), (f"{target}_upper", 4), ("domain_pvalue", 3)):

@@ -4,12 +4,19 @@ One reader for every atomistic model: :func:`read_structure` turns a pymatgen ``
 ``Atoms`` or a file (CIF, POSCAR/CONTCAR/``.vasp``, extxyz, pymatgen JSON) into a checked pymatgen
 ``Structure``; anything it cannot use raises :class:`StructureError`, whose message is one line naming the
 source. Lengths are in Å.
+
+Readers never guess silently. The third-party readers' warnings are recorded while a file is parsed, and a
+warning that means part of the structure was guessed (:data:`GUESSES`: a POSCAR without a species line read as
+invented H, He, Li... atoms; a CIF element guessed from an atom label; a CIF whose space group could not be read,
+so that only the listed sites form the cell) becomes a :class:`StructureError` naming the file and the fix.
+Other reader warnings (rounded coordinates, ...) stay silent.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import re
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +30,22 @@ MIN_VOLUME_PER_ATOM = 1.0  # Å^3; the densest solids hold ~5 Å^3 per atom, so 
 MAX_LATTICE_LENGTH = 1000.0  # Å; slabs and molecules in a box use tens of Å, so more means a unit mistake
 COMPRESSED = (".gz", ".bz2", ".xz", ".lzma")
 SUPPORTED = "CIF (.cif), POSCAR/CONTCAR or .vasp/.poscar, extxyz (.xyz/.extxyz), pymatgen JSON (.json)"
+
+
+#: reader warnings that mean part of a structure was guessed: (pattern, reason, fix); ``{0}``, ``{1}`` in the
+#: reason are the pattern's groups
+GUESSES = (
+    (re.compile(r"Elements in POSCAR cannot be determined"),
+     "POSCAR has no species line: the reader would invent the elements (H, He, Li, ... by position)",
+     "add the element symbols as line 6, above the atom counts (VASP 5 layout)"),
+    (re.compile(r"^(\S+) parsed as (\S*)$"),
+     "CIF atom label {0!r} would be read as element {1!r}, a guess from the label",
+     "add an _atom_site_type_symbol column with the element symbols"),
+)
+#: a CIF key naming the space group; with pymatgen's "Defaulting to P1" it means the group could not be read
+SPACE_GROUP_KEY = re.compile(r"^\s*_(?:symmetry_space_group_name_H-M|space_group_name_H-M_alt"
+                             r"|symmetry_Int_Tables_number|space_group_IT_number)\s+(.+?)\s*$", flags=re.M | re.I)
+P1 = {"p1", "1"}
 
 
 class StructureError(ValueError):
@@ -51,27 +74,58 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
+def refuse_guesses(caught: list, source: str, text: str = "") -> None:
+    """Raise :class:`StructureError` when a recorded reader warning means the reader guessed (:data:`GUESSES`).
+
+    Parameters
+    ----------
+    caught : list of warnings.WarningMessage
+        Warnings recorded while the file was parsed.
+    source : str
+        File (or row) the structure came from.
+    text : str
+        The file's text: pymatgen's "Defaulting to P1" is a guess only when the CIF names another space group.
+
+    """
+    messages = [str(w.message) for w in caught]
+    for message in messages:
+        for pattern, reason, fix in GUESSES:
+            if found := pattern.search(message):
+                raise StructureError(source, reason.format(*found.groups()), fix)
+    if any("Defaulting to P1" in m for m in messages):
+        named = [g.strip("'\"") for g in SPACE_GROUP_KEY.findall(text)]
+        other = [g for g in named if g.replace(" ", "").lower() not in P1]
+        if other:
+            raise StructureError(source, f"CIF names space group {other[0]!r} but the reader cannot expand it "
+                                 "(only the listed sites would form the cell)",
+                                 "give the symmetry operations (_symmetry_equiv_pos_as_xyz) or write the full cell "
+                                 "in P 1")
+
+
 @contextlib.contextmanager
-def _reader(source: str, what: str, fix: str = "") -> Iterator[None]:
+def _reader(source: str, what: str, fix: str = "", text: str = "") -> Iterator[None]:
     """Turn what a third-party reader raises into one :class:`StructureError` ``"{what}: {Type}: {message}"``.
 
-    Reader warnings are silenced inside: the error, not the warning, tells the user.
+    Reader warnings are recorded inside and checked by :func:`refuse_guesses` (``text``: the file's text); the
+    others stay silent: the error, not the warning, tells the user.
     """
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
             yield
     except StructureError:
         raise
     except Exception as err:  # pymatgen and ASE raise many types on malformed input
         raise StructureError(source, f"{what}: {type(err).__name__}: {err}"[:200], fix) from err
+    refuse_guesses(caught, source, text)
 
 
 def parse_cif_string(text: str, source: str) -> Structure:
     """Parse CIF text holding exactly one structure (not checked; see :func:`check_structure`).
 
-    The cell is kept as written (``primitive=False``); pymatgen's parser warnings are suppressed and the
-    relevant one is quoted in the error when nothing could be parsed.
+    The cell is kept as written (``primitive=False``); pymatgen's parser warnings are recorded: a guess is an
+    error (:func:`refuse_guesses`), the relevant one is quoted in the error when nothing could be parsed, and the
+    others stay silent.
     """
     from pymatgen.io.cif import CifParser
 
@@ -87,6 +141,7 @@ def parse_cif_string(text: str, source: str) -> Structure:
             reason = f"not a valid CIF: no structure could be parsed{detail}"
             fix = "check the file is a CIF with cell and _atom_site data"
             raise StructureError(source, reason, fix) from err
+    refuse_guesses(caught, source, text)
     if len(structures) != 1:
         reason = f"CIF holds {len(structures)} structures, expected one"
         raise StructureError(source, reason, "split the file")
@@ -265,7 +320,8 @@ def _parse_poscar(text: str, source: str) -> Structure:
     from pymatgen.io.vasp import Poscar
 
     with _reader(source, "not a valid POSCAR", "check the VASP 5 layout: comment, scale, lattice, symbols, counts"):
-        return Poscar.from_str(text).structure
+        structure = Poscar.from_str(text).structure
+    return structure
 
 
 def _read_extxyz(path: Path, source: str) -> Structure:
@@ -284,21 +340,24 @@ def _read_extxyz(path: Path, source: str) -> Structure:
 
 def _parse_json(text: str, source: str) -> Structure:
     with _reader(source, "not a pymatgen Structure JSON", "write it with json.dump(structure.as_dict(), f)"):
-        return Structure.from_dict(json.loads(text))
+        structure = Structure.from_dict(json.loads(text))
+    return structure
 
 
 def _read_unknown(path: Path, source: str) -> Structure:
     import ase.io
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         try:
-            return Structure.from_file(path)
+            structure = Structure.from_file(path)
         except Exception:  # not pymatgen's: try ASE's readers next
-            pass
-        try:
-            atoms = ase.io.read(path)
-        except Exception as err:
-            fix = f"supported: {SUPPORTED}"
-            raise StructureError(source, "not a recognised structure file", fix) from err
-    return _from_atoms(atoms, source)
+            structure = None
+        if structure is None:
+            try:
+                atoms = ase.io.read(path)
+            except Exception as err:
+                fix = f"supported: {SUPPORTED}"
+                raise StructureError(source, "not a recognised structure file", fix) from err
+    refuse_guesses(caught, source)
+    return structure if structure is not None else _from_atoms(atoms, source)

@@ -69,8 +69,8 @@ def _featurise(items, predictor: CrystalPredictor):
                 raise item
             unseen = unseen_elements(item, predictor)
             good.append((k, source, item, unseen, structure_to_graph(item, predictor.graph, source)))
-        except StructureError as err:
-            errors[k] = {"source": source, "error": err.reason + (f" (fix: {err.fix})" if err.fix else "")}
+        except StructureError as err:  # the error text names the file, like every reader error
+            errors[k] = {"source": source, "error": str(StructureError(source, err.reason, err.fix))}
     return good, errors
 
 

@@ -31,6 +31,9 @@ STRUCTURE_CASES = {
     "degenerate.vasp": (POSCAR.replace(C_VECTOR, "3.79 0 0").encode(), "degenerate cell"),
     "zero_atoms.vasp": (POSCAR.split("La Al O")[0].encode() + b"La\n0\ndirect\n", "not a valid POSCAR"),
     "duplicated.vasp": (POSCAR.replace("1 1 3", "1 1 4").encode() + b"0.5 0.5 0.0 O\n", "overlapping atoms"),
+    "no_species.vasp": ("\n".join(line.removesuffix(" La").removesuffix(" Al").removesuffix(" O")
+                                   for line in POSCAR.splitlines() if line != "La Al O").encode(),
+                        "POSCAR has no species line"),
 }
 
 
@@ -66,7 +69,7 @@ def test_crystal_predict_gives_one_error_row_per_bad_file(tiny_run, tmp_path, ca
     assert rows.loc["good.vasp", "error"] == "" and rows.loc["good.vasp", "heat_all"] != ""
     for name, (_, fragment) in STRUCTURE_CASES.items():
         error = rows.loc[name, "error"]
-        assert fragment in error and "\n" not in error, (name, error)
+        assert fragment in error and "\n" not in error and error.startswith(str(folder / name)), (name, error)
 
 
 def _write_config(tmp_path: Path, tiny_run: dict, **data) -> Path:

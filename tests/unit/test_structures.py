@@ -132,6 +132,54 @@ def test_bad_file_gives_one_line_error(tmp_path, name):
     assert REASONS[name] in info.value.reason
 
 
+def _poscar_without_species() -> str:
+    """The LaAlO3 example with its species line and the symbols after the coordinates removed."""
+    lines = (EXAMPLES / "POSCAR_LaAlO3").read_text().splitlines()
+    return "\n".join(" ".join(line.split()[:3]) if k > 7 else line for k, line in enumerate(lines) if k != 5) + "\n"
+
+
+def _cif_lines() -> list[str]:
+    return (EXAMPLES / "SrTiO3.cif").read_text().splitlines()
+
+
+GUESSED = {  # file -> (content, fragment of the reason, fragment of the fix)
+    "POSCAR_no_species": (_poscar_without_species(), "POSCAR has no species line", "element symbols as line 6"),
+    "label_only.cif": ("\n".join(line.replace("  O  O2", "  Ow").replace("  Sr  Sr0", "  Sr0")
+                                 .replace("  Ti  Ti1", "  Ti1").replace("  O  O3", "  O3").replace("  O  O4", "  O4")
+                                 for line in _cif_lines() if "_atom_site_type_symbol" not in line),
+                       "label 'Ow' would be read as element 'O'", "_atom_site_type_symbol"),
+    "unknown_group.cif": ("\n".join(
+        ["_symmetry_space_group_name_H-M   'P m -3 m x'" if line.startswith("_symmetry_space_group") else line
+         for line in _cif_lines() if not line.startswith(("_symmetry_Int", " _symmetry_equiv", "  1  'x, y, z'",
+                                                           "  O  O3", "  O  O4"))])
+        .replace("loop_\nloop_", "loop_"), "space group 'P m -3 m x'", "symmetry operations"),
+}
+
+
+@pytest.mark.parametrize("name", GUESSED)
+def test_guessed_structure_is_an_error_naming_the_file_and_the_fix(tmp_path, name):
+    """A reader that would guess species or symmetry (and only warn) gives a StructureError instead."""
+    content, reason, fix = GUESSED[name]
+    path = tmp_path / name
+    path.write_text(content)
+    with pytest.raises(StructureError) as info:
+        read_structure(path)
+    assert_one_line_naming(info.value, str(path))
+    assert reason in info.value.reason and fix in info.value.fix
+
+
+def test_species_after_coordinates_and_unnamed_p1_are_not_guesses(tmp_path):
+    """VASP 4 symbols after the coordinates name the species; a CIF without symmetry data is read as P 1."""
+    lines = (EXAMPLES / "POSCAR_LaAlO3").read_text().splitlines()
+    (tmp_path / "POSCAR").write_text("\n".join(line for k, line in enumerate(lines) if k != 5) + "\n")
+    assert read_structure(tmp_path / "POSCAR").composition.reduced_formula == "LaAlO3"
+    plain = "\n".join(line for line in _cif_lines() if not line.startswith(
+        ("_symmetry_space_group", "_symmetry_Int", " _symmetry_equiv", "  1  'x, y, z'"))).replace("loop_\nloop_",
+                                                                                                 "loop_")
+    (tmp_path / "plain.cif").write_text(plain)
+    assert read_structure(tmp_path / "plain.cif").composition.reduced_formula == "SrTiO3"
+
+
 def test_nonexistent_path_and_directory(tmp_path):
     """A missing path and a directory are errors that name the path."""
     with pytest.raises(StructureError, match="no such file") as info:
