@@ -15,7 +15,6 @@ Writes ``benchmarks/results/allocator.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import resource
@@ -27,7 +26,6 @@ import time
 from pathlib import Path
 
 from sciml.core.allocator import ENV
-from sciml.core.io.atomic import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "allocator.json"
@@ -70,7 +68,8 @@ def main() -> None:
               "machine": platform.machine(), "cpus": os.cpu_count(), "load_average_after": list(os.getloadavg()),
               "max_abs_output_difference": diff, "wall_ratio_kept_over_default": summary(ratios),
               **{name: {k: summary([r[k] for r in rs]) for k in ("wall", "user", "sys")} for name, rs in runs.items()}}
-    atomic_write_text(RESULTS, json.dumps(result, indent=1))
+    from _results import write_json  # benchmarks/_results.py: complete runs only, atomic
+    write_json(RESULTS, result)
     for name in runs:
         print(f"{name:14s} wall {result[name]['wall']['median']:.2f} s  sys {result[name]['sys']['median']:.2f} s")
     print(f"kept / default wall: {result['wall_ratio_kept_over_default']['median']:.2f}; outputs differ by {diff:g}")

@@ -27,7 +27,6 @@ import numpy as np
 import torch
 
 from sciml.cli.config import load_config
-from sciml.core.io.atomic import atomic_write_text
 from sciml.core.io.checkpoint import load_lightning_checkpoint
 from sciml.core.train import train
 from sciml.crystal.module import CrystalRegressor
@@ -207,7 +206,8 @@ def merge(paths: list[str], output: str) -> None:
             seeds = results.get(name, {}).get("seeds", []) + r["seeds"]
             results[name] = summarise(runs) | {"seeds": seeds, "per_seed": runs}
     pairs = comparisons(results)
-    atomic_write_text(output, json.dumps(first | {"results": results, "comparisons": pairs}, indent=1))
+    from _results import write_json  # benchmarks/_results.py: complete runs only, atomic
+    write_json(output, first | {"results": results, "comparisons": pairs})
     print(table(results))
     print(comparison_table(pairs))
     print(f"wrote {output}")
@@ -247,7 +247,8 @@ def main() -> None:
                "split_sizes": dm.split_sizes(), "split_seed": cfg["data"]["split"]["seed"], "alpha": args.alpha,
                "threads": args.threads, "torch": torch.__version__, "results": results,
                "comparisons": comparisons(results)}
-    atomic_write_text(args.output, json.dumps(payload, indent=1))
+    from _results import write_json  # benchmarks/_results.py: complete runs only, atomic
+    write_json(args.output, payload)  # once, at the end: an interrupted run leaves the file as it was
     print(table(results))
     print(comparison_table(payload["comparisons"]))
     print(f"wrote {args.output}")

@@ -1,7 +1,7 @@
 """Applicability domain and conditional coverage of the shipped models → ``benchmarks/results/domain.json``.
 
-One section per family (``--family``; each run replaces only its own section of the results file, so families
-are measured separately). Sections written here:
+One section per family (``--family``; a section is written only once complete and replaces only its own key of
+the results file, :func:`_results.merge_results`, so families are measured separately). Sections written here:
 
 ``crystal``
     For each shipped crystal model (``checkpoints/perov5-heat-all``, ``checkpoints/carbon24-energy``):
@@ -23,7 +23,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -33,6 +32,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from _results import merge_results  # noqa: E402
 from domain_crystal import crystal_section  # noqa: E402
 from domain_perturbation import perturbation_section  # noqa: E402
 
@@ -51,14 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     out = Path(args.output)
-    results = json.loads(out.read_text()) if out.is_file() else {}
     for family in args.family or sorted(SECTIONS):
         start = time.perf_counter()
-        results[family] = SECTIONS[family](args) | {"threads": args.threads,
-                                                   "seconds": round(time.perf_counter() - start, 1)}
-        from sciml.core.io.atomic import atomic_write_text
-
-        atomic_write_text(out, json.dumps(results, indent=1))
+        section = SECTIONS[family](args) | {"threads": args.threads, "seconds": round(time.perf_counter() - start, 1)}
+        merge_results(out, {family: section})  # this family's complete section; the others stay as they were
         print(f"wrote section {family!r} of {out}", file=sys.stderr)
     return 0
 

@@ -26,7 +26,6 @@ from pathlib import Path
 
 import numpy as np
 
-from sciml.core.io.atomic import atomic_write_text
 from sciml.core.structures import read_structure
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,7 +92,8 @@ def main() -> None:
                "model_and_imports_rss_mib": results["one_file"]["peak_rss_mib"]}
     out = {"command": "sciml crystal predict --model checkpoints/perov5-heat-all DIR --output out.csv",
            "threads": args.threads, "sizes": args.sizes, "results": results, "summary": summary}
-    atomic_write_text(args.output, json.dumps(out, indent=1) + "\n")
+    from _results import write_json  # benchmarks/_results.py: complete runs only, atomic
+    write_json(args.output, out)
     print(json.dumps(summary, indent=1))
 
 

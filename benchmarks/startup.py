@@ -25,7 +25,6 @@ Writes ``benchmarks/results/startup.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -35,8 +34,6 @@ import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
-
-from sciml.core.io.atomic import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS_S = {"help": 1.0, "missing_file": 2.0}
@@ -124,8 +121,8 @@ def main(argv: list[str] | None = None) -> dict:
     if "before" in result:
         result["speedup_median"] = {case: round(result["before"][case]["median_s"] / result["after"][case]["median_s"],
                                                 1) for case in todo}
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(args.output, json.dumps(result, indent=1) + "\n")
+    from _results import write_json  # benchmarks/_results.py: complete runs only, atomic
+    write_json(args.output, result)
     for case in todo:
         row = f"{case:24} {result['after'][case]['median_s']:8.2f} s"
         if "before" in result:

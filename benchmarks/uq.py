@@ -33,8 +33,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sciml.core.io.atomic import atomic_write_text
-
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "materials"
 ALPHA = 0.1
@@ -460,7 +458,8 @@ def main() -> None:
         results[name + "_seconds"] = time.perf_counter() - start
         print(name, json.dumps(results[name], indent=1), flush=True)
     if not quick:
-        atomic_write_text(args.output, json.dumps(results, indent=1))
+        from _results import write_json  # benchmarks/_results.py: complete runs only, atomic
+        write_json(args.output, results)  # every section done: an interrupted run writes nothing
         print(f"wrote {args.output}")
 
 

@@ -2,14 +2,12 @@
 
 glibc returns a freed block above its mmap threshold to the OS (``munmap``) and trims the top of the heap above
 its trim threshold. Both thresholds start low (128 KiB, 256 KiB) and adapt per freed block, so a loop that
-allocates and frees tensors of a few MB at every step (an ODE step of the perturbation model: attention maps of
-about 8 MB) can pay the kernel to map and zero fresh pages at each allocation. Measured on the README's
-perturbation command (200 cells per condition, the ``grn-default`` shipped before issue 14's re-export, whose
-sampler was 10 RK4 steps, one thread): 11.8 s,
-5.3 s of it system time, with glibc's defaults; 6.5 s, 0.02 s system, with the fixed thresholds below
-(``benchmarks/allocator.py`` times it side by side). The cost: up to ``trim_bytes`` of freed memory stays with the
-process. Set ``SCIML_KEEP_FREED_MEMORY=0`` (or glibc's own ``MALLOC_MMAP_THRESHOLD_``/``MALLOC_TRIM_THRESHOLD_``)
-to keep the defaults.
+allocates and frees tensors of a few MB at every step (an ODE step of the perturbation model: its attention maps)
+can pay the kernel to map and zero fresh pages at each allocation, mostly as system time. Fixed thresholds keep
+those pages in the process (``benchmarks/allocator.py`` times the README's perturbation command both ways;
+``docs/benchmarks.md``). The cost: up to ``trim_bytes`` of freed memory stays with the process. Set
+``SCIML_KEEP_FREED_MEMORY=0`` (or glibc's own ``MALLOC_MMAP_THRESHOLD_``/``MALLOC_TRIM_THRESHOLD_``) to keep the
+defaults.
 """
 
 from __future__ import annotations

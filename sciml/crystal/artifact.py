@@ -66,7 +66,8 @@ def load_model(path: str | Path = DEFAULT_MODEL, graph: dict | GraphSettings | N
     Parameters
     ----------
     path : str or Path
-        Artifact folder (default: the shipped ``checkpoints/perov5-heat-all``).
+        Artifact folder or shipped model name (``"perov5-heat-all"``, :func:`sciml.core.io.shipped.resolve_model`;
+        default: the shipped ``perov5-heat-all``).
     graph : dict or GraphSettings, optional
         Graph settings the caller expects; a mismatch with the artifact's is an error, never a silent change.
     domain : bool

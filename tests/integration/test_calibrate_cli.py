@@ -53,6 +53,20 @@ def test_split_refit_writes_calibrator_and_record(model: Path, data: Path, capsy
     assert not [p for p in model.parent.iterdir() if p.name.startswith(".model.")]  # no temp folder left
 
 
+def test_crystal_calibrate_with_output_leaves_the_model_unchanged(model: Path, data: Path, tmp_path: Path) -> None:
+    """``sciml crystal calibrate --operation conformal --output``: a recalibrated copy, the source byte-identical."""
+    from sciml.crystal.artifact import load_model
+
+    before = {p.name: _sha(p) for p in model.iterdir()}
+    out = tmp_path / "recalibrated"
+    assert main(["crystal", "calibrate", "--model", str(model), "--operation", "conformal", "--data", str(data),
+                 "--alpha", "0.2", "--output", str(out)]) == 0
+    assert {p.name: _sha(p) for p in model.iterdir()} == before
+    assert load_model(out).calibrator.alpha == 0.2
+    assert _sha(out / "weights.safetensors") == before["weights.safetensors"]
+    assert main(["crystal", "calibrate", "--model", str(model), "--data", str(data), "--output", str(out)]) == 2
+
+
 def test_mondrian_by_crystal_system_predicts(model: Path, data: Path) -> None:
     """Mondrian by crystal system: stored with group_by, and crystal prediction uses it without options."""
     from sciml.crystal.predict import predict

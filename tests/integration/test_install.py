@@ -3,12 +3,14 @@
 The package is built from a copy of the sources and installed with ``--no-deps --no-build-isolation --no-index``
 into a fresh virtual environment that sees the test interpreter's packages (torch, pymatgen, ... and setuptools),
 so nothing is downloaded. The main job of the README then runs from a folder outside the repository that holds
-only the example inputs: the default model can come from nowhere but ``sciml/_shipped/`` inside the install.
+only the example inputs: the default model can come from nowhere but ``sciml/_shipped/`` inside the install; a
+shipped model named by ``--model perov5-heat-all`` and the list of ``sciml models`` come from there too.
 """
 
 from __future__ import annotations
 
 import filecmp
+import json
 import math
 import os
 import shutil
@@ -78,3 +80,15 @@ def test_pip_install_runs_the_main_job_from_package_data(tmp_path):
     width = table["heat_all_upper"] - table["heat_all_lower"]  # 2·q·n_atoms (normalised score), all cells 5 atoms
     assert all(math.isfinite(v) for v in [*table["heat_all"], *width]) and width.min() > 0
     assert (width.max() - width.min()) < 1e-6 * width.max(), width.tolist()
+
+    # shipped models by name, and the list of them, from the install alone
+    by_name = subprocess.run([str(python.parent / "sciml"), "crystal", "predict", "--model", "perov5-heat-all",
+                              "examples/structures/SrTiO3.cif", "--output", "by_name.csv"], cwd=work, env=env,
+                             capture_output=True, text=True, timeout=600)
+    assert by_name.returncode == 0, by_name.stderr[-3000:]
+    same = table.set_index(table["source"].map(lambda s: Path(s).name)).loc["SrTiO3.cif", "heat_all"]
+    assert pd.read_csv(work / "by_name.csv", comment="#")["heat_all"].iloc[0] == same
+    listed = subprocess.run([str(python.parent / "sciml"), "models", "--json"], cwd=work, env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    assert {m["name"] for m in json.loads(listed.stdout)} == {p.name for p in (ROOT / "checkpoints").iterdir()}
