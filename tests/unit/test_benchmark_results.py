@@ -1,0 +1,44 @@
+"""``benchmarks/_results.py``: a results file is written only by a complete run, and merging keeps other cases."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def results(load_benchmark):
+    return load_benchmark("_results")
+
+
+def test_interrupted_run_leaves_the_file_as_it_was(results, tmp_path):
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps({"a": 1, "b": 2}))
+    with pytest.raises(KeyboardInterrupt), results.results_file(path) as cases:
+        cases["a"] = 10
+        raise KeyboardInterrupt
+    assert json.loads(path.read_text()) == {"a": 1, "b": 2}
+    assert [p.name for p in tmp_path.iterdir()] == ["bench.json"]  # no temporary file left
+
+
+def test_complete_run_replaces_or_merges(results, tmp_path):
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps({"a": 1, "b": 2, "shared": {"x": 1}}))
+    with results.results_file(path, header={"threads": 1}, merge=True) as cases:
+        cases["a"] = 10
+    assert json.loads(path.read_text()) == {"a": 10, "b": 2, "shared": {"x": 1}, "threads": 1}
+    with results.results_file(path, section="shared") as cases:
+        cases["y"] = 2
+    assert json.loads(path.read_text())["shared"] == {"x": 1, "y": 2}
+    with results.results_file(path) as cases:
+        cases["only"] = True
+    assert json.loads(path.read_text()) == {"only": True}
+
+
+def test_merge_refuses_a_file_that_is_not_an_object(results, tmp_path):
+    path = tmp_path / "bench.json"
+    path.write_text("[1, 2]")
+    with pytest.raises(SystemExit, match="does not hold a JSON object"):
+        results.merge_results(path, {"a": 1})
+    assert path.read_text() == "[1, 2]"
