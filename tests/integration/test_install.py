@@ -87,7 +87,7 @@ def test_pip_install_runs_the_main_job_from_package_data(tmp_path):
                              capture_output=True, text=True, timeout=600)
     assert by_name.returncode == 0, by_name.stderr[-3000:]
     same = table.set_index(table["source"].map(lambda s: Path(s).name)).loc["SrTiO3.cif", "heat_all"]
-    assert pd.read_csv(work / "by_name.csv", comment="#")["heat_all"].iloc[0] == same
+    assert abs(pd.read_csv(work / "by_name.csv", comment="#")["heat_all"].iloc[0] - same) < 1e-5  # float32, batch
     listed = subprocess.run([str(python.parent / "sciml"), "models", "--json"], cwd=work, env=env,
                             capture_output=True, text=True, timeout=600)
     assert listed.returncode == 0, listed.stderr[-3000:]
