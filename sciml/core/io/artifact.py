@@ -186,8 +186,9 @@ def load_artifact(path: str | Path, task: str | None = None) -> Artifact:
     Raises
     ------
     ArtifactError
-        Unknown model (neither a path nor a shipped name), missing folder or file, corrupted/truncated weights (checksum or safetensors header), an
-        unsupported ``format_version``, unreadable JSON/YAML, or an artifact of another task.
+        Unknown model (neither a path nor a shipped name), missing folder or file, corrupted/truncated weights
+        (checksum or safetensors header), an unsupported ``format_version``, unreadable JSON/YAML, or an artifact
+        of another task.
 
     """
     from safetensors import SafetensorError
