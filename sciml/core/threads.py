@@ -89,6 +89,6 @@ def choose_threads(requested: int | None = None, environ: Mapping[str, str] | No
     if requested is not None:
         return _whole(requested, flag), flag
     env = str((os.environ if environ is None else environ).get(ENV, "")).strip()
-    if env:
-        return _whole(env, ENV), ENV
+    if env:  # OpenMP allows a list for nested levels ("4,2"): the first level is torch's
+        return _whole(env.split(",")[0], ENV), ENV
     return free_cores(), "free cores"

@@ -151,6 +151,7 @@ def test_shipped_model_by_name_is_not_recalibrated_in_place(capsys):
 def test_threads_rule():
     assert choose_threads(3, {"OMP_NUM_THREADS": "2"}) == (3, "--threads")
     assert choose_threads(None, {"OMP_NUM_THREADS": "2"}) == (2, "OMP_NUM_THREADS")
+    assert choose_threads(None, {"OMP_NUM_THREADS": "4,2"}) == (4, "OMP_NUM_THREADS")
     assert choose_threads(None, {})[1] == "free cores"
     assert free_cores(load=1.0, cores=2) == 1 and free_cores(load=0.4, cores=2) == 2
     assert free_cores(load=7.6, cores=4) == 1 and free_cores(load=1.5, cores=16) == 14
