@@ -2,8 +2,9 @@
 
 ``core`` imports no family: the registry holds module *names* and imports the family on first use, so a
 ``crystal`` run never imports the perturbation stack (anndata, scanpy) and ``sciml --help`` imports nothing.
-Every family's ``task`` module defines ``datamodule(cfg, run_dir)`` and ``build(cfg, run_dir)``, and its
-``export`` module defines ``export(ckpt, state, output, cfg, calibrate, alpha, score)``.
+Every family's ``schema`` module (torch-free) defines ``SCHEMA`` (its ``data`` and ``model`` keys), ``DATA_HINT``
+and optionally ``derive(cfg)``; its ``task`` module defines ``datamodule(cfg, run_dir)`` and
+``build(cfg, run_dir)``; ``export`` defines ``export(ckpt, state, output, cfg, calibrate, alpha, score)``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ FAMILIES = ("crystal", "hamiltonian", "perturbation")
 
 
 def family(cfg: dict, part: str) -> ModuleType:
-    """The module ``sciml.<cfg["task"]>.<part>`` (``part`` is ``task`` or ``export``).
+    """The module ``sciml.<cfg["task"]>.<part>`` (``part`` is ``schema``, ``task`` or ``export``).
 
     Raises
     ------
@@ -28,6 +29,11 @@ def family(cfg: dict, part: str) -> ModuleType:
     if task not in FAMILIES:
         raise ValueError(f"config field 'task' is {task!r}; known tasks: {list(FAMILIES)}")
     return import_module(f"sciml.{task}.{part}")
+
+
+def family_schema(task: str) -> ModuleType:
+    """The torch-free module ``sciml.<task>.schema``: ``SCHEMA``, ``DATA_HINT`` and optionally ``derive``."""
+    return family({"task": task}, "schema")
 
 
 def build_task(cfg: dict, run_dir: Path | None = None):

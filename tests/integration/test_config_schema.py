@@ -17,20 +17,13 @@ import torch
 import yaml
 
 from sciml.cli.main import main
-from sciml.core.config import (
-    COMMON,
-    REFUSED_TRAINER_KEYS,
-    SCHEMA,
-    ConfigError,
-    Key,
-    Section,
-    check_config,
-    check_target_unit,
-    describe,
-    resolve_threads,
-)
+from sciml.core.config import COMMON, REFUSED_TRAINER_KEYS, check_config, describe, resolve_threads, schemas
+from sciml.core.schema import ConfigError, Key, Section
+from sciml.crystal.schema import check_target_unit
 
 from .conftest import ROOT
+
+SCHEMA = schemas()
 
 RUN_CONFIGS = sorted(p for p in (ROOT / "configs").glob("*/*.yaml") if "task" in yaml.safe_load(p.read_text()))
 
