@@ -29,10 +29,10 @@ import torch
 from sciml.cli.config import load_config
 from sciml.core.io.checkpoint import load_lightning_checkpoint
 from sciml.core.train import train
+from sciml.core.training.conformal import collect_predictions
 from sciml.crystal.module import CrystalRegressor
 from sciml.crystal.task import datamodule as crystal_datamodule
 from sciml.uq import SplitConformal, coverage, mean_width
-from sciml.uq.callback import collect_predictions
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = {  # network settings on top of the config's (prdnet) network; cgcnn keeps only what it accepts

@@ -43,7 +43,7 @@ from sciml.core.io.atomic import atomic_write_text
 from sciml.core.io.checkpoint import AtomicCheckpointIO
 from sciml.core.registry import build_task
 from sciml.core.training import GlooSyncBatchNorm, RNGStateCallback, SlurmRequeue
-from sciml.uq.callback import ConformalCallback
+from sciml.core.training.conformal import ConformalCallback
 
 RUN_OUTPUTS = ("checkpoints", "logs", "tb", "config.yaml", "split.json", "calibrator.json", "hpc_ckpt_*.ckpt")
 """What ``fit`` writes into a run folder (and ``fresh`` removes)."""

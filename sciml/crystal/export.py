@@ -15,6 +15,7 @@ from pathlib import Path
 from sciml.core.io import card
 from sciml.core.io.artifact import save_artifact
 from sciml.core.io.checksum import sha256_file
+from sciml.core.training.conformal import collect_predictions
 from sciml.crystal.calibration import graph_structures, resolve_group_by
 from sciml.crystal.data.sources import labels_file
 from sciml.crystal.domain import FILE as DOMAIN_FILE
@@ -22,7 +23,6 @@ from sciml.crystal.domain import CrystalDomain, fit_domain
 from sciml.crystal.module import CrystalRegressor
 from sciml.crystal.task import datamodule
 from sciml.uq import coverage, mean_width
-from sciml.uq.callback import collect_predictions
 from sciml.uq.groups import build_calibrator, fit_calibrator, loader_structures, predict_interval
 
 DOMAIN_BETA = 0.05  # default flag level of exported domain tests

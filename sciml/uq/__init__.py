@@ -1,19 +1,30 @@
 """Model-agnostic, tensor-native calibration: scores, conformal calibrators, typed sets and metrics.
 
-Calibrator state lives in buffers so that it travels in ``state_dict``. See ``docs/design.md`` §5.
+The modules at this level are what the shipped models rely on (split, Mondrian and multi-group calibrators,
+weighted conformal under shift, vector scores, the domain test, sets, quantiles, metrics); ``catalogue/`` holds
+the methods no family uses (online, classification, small-sample, human–AI, ...). Every public name of both is
+importable from here. Calibrator state lives in buffers so that it travels in ``state_dict``
+(``docs/calibration.md``). Imports nothing else of sciml.
 """
 
 from __future__ import annotations
 
-from .aci import ACI
-from .active_ppi import PPIEstimate, active_ppi_mean, query_probabilities
-from .classification import APS, CLASSIFICATION_SCORES, LAC, RAPS, ClassificationScore
-from .cop import COP, cop_bound
+from .catalogue.aci import ACI
+from .catalogue.active_ppi import PPIEstimate, active_ppi_mean, query_probabilities
+from .catalogue.classification import APS, CLASSIFICATION_SCORES, LAC, RAPS, ClassificationScore
+from .catalogue.cop import COP, cop_bound
+from .catalogue.human_ai import HumanAIConformal, OnlineHumanAI, collaborative_set, human_ai_bound
+from .catalogue.label_cost import expected_size, stopping_size
+from .catalogue.online import OnlineCalibrator, QuantileTracker
+from .catalogue.pid import ConformalPID, pid_bound
+from .catalogue.sf_ogd import SFOGD, sf_ogd_bound
+from .catalogue.slab import Slab, worst_slab_coverage
+from .catalogue.snap import SnapUQ, isotonic_fit, isotonic_predict
+from .catalogue.spi import SPIConformal, rank_pmf, rank_windows
+from .catalogue.up_ocp import UPOCP
 from .domain import DomainScore, knn_distance
 from .ellipsoid import Ellipsoid
 from .fair import FairConformal, afcp_select, conformal_pvalues
-from .human_ai import HumanAIConformal, OnlineHumanAI, collaborative_set, human_ai_bound
-from .label_cost import expected_size, stopping_size
 from .metrics import (
     coverage,
     group_coverage,
@@ -26,18 +37,11 @@ from .metrics import (
 )
 from .mondrian import MondrianConformal
 from .multigroup import MultiGroupConformal
-from .online import OnlineCalibrator, QuantileTracker
-from .pid import ConformalPID, pid_bound
 from .quantile import check_alpha, conformal_quantile, conformal_rank
 from .rescp import ResCP, weighted_quantile
 from .scores import CQR, SCORES, AbsoluteResidual, IntervalScore, NormalizedResidual, Score, get_score
 from .sets import Box, Interval, LabelSet, PredictionSet
-from .sf_ogd import SFOGD, sf_ogd_bound
-from .slab import Slab, worst_slab_coverage
-from .snap import SnapUQ, isotonic_fit, isotonic_predict
-from .spi import SPIConformal, rank_pmf, rank_windows
 from .split import CALIBRATORS, SplitConformal, calibrator_from_dict
-from .up_ocp import UPOCP
 from .vector import VECTOR_SCORES, Mahalanobis, SupNorm, VectorScore, upper_triangle, vector_score_from_dict
 from .weighted import (
     GroupedThresholds,

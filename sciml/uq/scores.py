@@ -3,7 +3,7 @@
 Every score has a ``name``, ``score(pred, y, sigma)`` mapping a labelled example to a scalar, and its inverse
 ``predict_set(pred, q, sigma)``, the typed set ``{y : score(pred, y, sigma) <= q}``. Regression scores
 (:class:`IntervalScore`) return an :class:`~sciml.uq.sets.Interval` via ``interval``; classification scores
-live in :mod:`sciml.uq.classification`. Scores that calibrators look up by name are in :data:`SCORES`.
+live in :mod:`sciml.uq.catalogue.classification`. Scores that calibrators look up by name are in :data:`SCORES`.
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ class CQR(IntervalScore):
 
 # Stateless interval scores, instantiated by name. CQR scores are signed (negative inside the band), so its
 # thresholds may be negative. Stateful vector scores are in sciml.uq.vector.VECTOR_SCORES, classification
-# scores in sciml.uq.classification.CLASSIFICATION_SCORES.
+# scores in sciml.uq.catalogue.classification.CLASSIFICATION_SCORES.
 SCORES: dict[str, type[Score]] = {cls.name: cls for cls in (AbsoluteResidual, NormalizedResidual, CQR)}
 
 

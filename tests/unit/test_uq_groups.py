@@ -74,10 +74,10 @@ def test_conformal_callback_mondrian_from_config(tmp_path) -> None:
     from torch_geometric.loader import DataLoader
 
     from sciml.core import keys
+    from sciml.core.training.conformal import ConformalCallback
     from sciml.core.types import Prediction
     from sciml.crystal.calibration import graph_structures
     from sciml.crystal.data.graphs import GraphSettings, structure_to_graph
-    from sciml.uq.callback import ConformalCallback
 
     class Zero(L.LightningModule):
         def predict_step(self, batch, batch_idx=0):

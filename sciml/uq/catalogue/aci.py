@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._checks import (
+from .._checks import (
     check_calibrator_dict,
     check_scores,
     finite_real,
@@ -23,9 +23,9 @@ from ._checks import (
     positive_real,
     prepare_state_load,
 )
+from ..quantile import conformal_quantile
+from ..split import CALIBRATORS
 from .online import OnlineCalibrator, step_score, step_value
-from .quantile import conformal_quantile
-from .split import CALIBRATORS
 
 __all__ = ["ACI"]
 

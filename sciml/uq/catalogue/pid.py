@@ -12,7 +12,7 @@ The threshold for step ``t+1`` adds three terms (``refs/UQ_METHODS.md``, "Confor
 with the saturating integrator ``r_t(x) = K_I tan(x log(t+1) / (C_sat (t+1)))``, set to ``±inf`` once the
 argument reaches ``±π/2``, and an optional scorecaster forecast ``ŝ_{t+1}`` of the next score (the paper's
 "D" term). ``η_t = η`` or, with ``window``, ``η · (max - min)`` of the last ``window`` scores (the paper's
-experiments). The P part alone is :class:`~sciml.uq.online.QuantileTracker`.
+experiments). The P part alone is :class:`~sciml.uq.catalogue.online.QuantileTracker`.
 
 Long-run coverage for *any* score sequence (unbounded, heavy-tailed, any finite scorecast), ``K_I > 0``:
 with ``h(t) = (π/2) C_sat (t+1)/log(t+1)``, ``E_t >= h(t)`` forces ``q_{t+1} = +inf`` (``err = 0``) and
@@ -35,9 +35,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._checks import check_calibrator_dict, finite_real, float_list, is_int, positive_real, prepare_state_load
+from .._checks import check_calibrator_dict, finite_real, float_list, is_int, positive_real, prepare_state_load
+from ..split import CALIBRATORS
 from .online import QuantileTracker, step_score, step_value
-from .split import CALIBRATORS
 
 __all__ = ["ConformalPID", "pid_bound"]
 
@@ -63,7 +63,7 @@ class ConformalPID(QuantileTracker):
     Parameters
     ----------
     score, alpha, lr, q0
-        As in :class:`~sciml.uq.online.QuantileTracker` (``lr`` is ``η``, ``q0`` is ``q̂_1``).
+        As in :class:`~sciml.uq.catalogue.online.QuantileTracker` (``lr`` is ``η``, ``q0`` is ``q̂_1``).
     k_i : float
         Integrator gain ``K_I >= 0``, in score units (``0`` disables the I term and its guarantee).
     c_sat : float

@@ -40,11 +40,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_calibrator_dict, check_scores, finite_real, float_list, prepare_state_load
-from .quantile import check_alpha, conformal_rank
-from .scores import get_score
-from .sets import PredictionSet
-from .split import CALIBRATORS
+from .._checks import check_calibrator_dict, check_scores, finite_real, float_list, prepare_state_load
+from ..quantile import check_alpha, conformal_rank
+from ..scores import get_score
+from ..sets import PredictionSet
+from ..split import CALIBRATORS
 
 __all__ = ["SPIConformal", "rank_pmf", "rank_windows"]
 

@@ -34,9 +34,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._checks import check_calibrator_dict, finite_real, float_list, is_int, positive_real
+from .._checks import check_calibrator_dict, finite_real, float_list, is_int, positive_real
+from ..split import CALIBRATORS
 from .online import OnlineCalibrator, step_score
-from .split import CALIBRATORS
 
 __all__ = ["UPOCP"]
 
@@ -50,7 +50,7 @@ class UPOCP(OnlineCalibrator):
     Parameters
     ----------
     score, alpha
-        As in :class:`~sciml.uq.online.QuantileTracker`.
+        As in :class:`~sciml.uq.catalogue.online.QuantileTracker`.
     q0 : float
         Centre ``q_0`` of the bets (choose it in ``[0, B]``).
     wealth0 : float

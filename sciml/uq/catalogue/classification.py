@@ -19,9 +19,9 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from ._checks import finite_real, is_int
-from .scores import Score
-from .sets import LabelSet, check_labels
+from .._checks import finite_real, is_int
+from ..scores import Score
+from ..sets import LabelSet, check_labels
 
 __all__ = ["APS", "CLASSIFICATION_SCORES", "LAC", "RAPS", "ClassificationScore"]
 

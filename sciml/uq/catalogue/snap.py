@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ._checks import is_int
+from .._checks import is_int
 
 __all__ = ["SnapUQ", "isotonic_fit", "isotonic_predict"]
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ._checks import finite_real, is_int
-from .sets import PredictionSet
+from .._checks import finite_real, is_int
+from ..sets import PredictionSet
 
 __all__ = ["Slab", "worst_slab_coverage"]
 

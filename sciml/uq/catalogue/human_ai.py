@@ -30,11 +30,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_calibrator_dict, check_scores, finite_real, float_list, positive_real, resize_buffers
+from .._checks import check_calibrator_dict, check_scores, finite_real, float_list, positive_real, resize_buffers
+from ..quantile import check_alpha, conformal_quantile
+from ..sets import LabelSet
+from ..split import CALIBRATORS
 from .online import step_score
-from .quantile import check_alpha, conformal_quantile
-from .sets import LabelSet
-from .split import CALIBRATORS
 
 __all__ = ["HumanAIConformal", "OnlineHumanAI", "collaborative_set", "human_ai_bound"]
 

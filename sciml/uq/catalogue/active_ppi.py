@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ._checks import finite_real
-from .quantile import check_alpha
+from .._checks import finite_real
+from ..quantile import check_alpha
 
 __all__ = ["PPIEstimate", "active_ppi_mean", "query_probabilities"]
 

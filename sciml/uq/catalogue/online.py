@@ -1,7 +1,7 @@
 r"""Online conformal calibration for streams: the label is revealed after each prediction, then ``update``.
 
 :class:`OnlineCalibrator` is the template (``threshold`` / ``predict_set`` / ``update``); ACI lives in
-:mod:`sciml.uq.aci`. :class:`QuantileTracker` is online gradient descent on the pinball loss of the
+:mod:`sciml.uq.catalogue.aci`. :class:`QuantileTracker` is online gradient descent on the pinball loss of the
 threshold, the P part of conformal PID control (Angelopoulos, Candès, Tibshirani 2023, Eq. 1):
 ``q_{t+1} = q_t + η(err_t - α)``, ``err_t = 1[s_t > q_t]``. For scores in ``[0, B]`` and ``q_1 ∈ [0, B]``,
 ``|(1/T) Σ_t err_t - α| <= (B + η) / (η T)`` for every ``T``.
@@ -19,11 +19,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_calibrator_dict, finite_real, positive_real
-from .quantile import check_alpha
-from .scores import get_score
-from .sets import PredictionSet
-from .split import CALIBRATORS
+from .._checks import check_calibrator_dict, finite_real, positive_real
+from ..quantile import check_alpha
+from ..scores import get_score
+from ..sets import PredictionSet
+from ..split import CALIBRATORS
 
 __all__ = ["OnlineCalibrator", "QuantileTracker", "step_score", "step_value"]
 
@@ -79,7 +79,7 @@ class OnlineCalibrator(nn.Module):
 class QuantileTracker(OnlineCalibrator):
     """Online quantile tracking, ``q_{t+1} = q_t + η(1[s_t > q_t] - α)`` (Angelopoulos et al. 2023, Eq. 1).
 
-    Buffer: ``q`` (0-dim float64). Parameters: ``score`` and ``alpha`` as in :class:`~sciml.uq.aci.ACI`,
+    Buffer: ``q`` (0-dim float64). Parameters: ``score`` and ``alpha`` as in :class:`~sciml.uq.catalogue.aci.ACI`,
     ``lr`` the step ``η > 0``, ``q0`` the initial threshold ``q_1`` (choose it in ``[0, B]`` for the bound).
     """
 

@@ -32,9 +32,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._checks import check_calibrator_dict, finite_real, float_list, is_int, positive_real, prepare_state_load
+from .._checks import check_calibrator_dict, finite_real, float_list, is_int, positive_real, prepare_state_load
+from ..split import CALIBRATORS
 from .online import QuantileTracker, step_score
-from .split import CALIBRATORS
 
 __all__ = ["COP", "cop_bound"]
 
@@ -64,7 +64,7 @@ class COP(QuantileTracker):
     Parameters
     ----------
     score, alpha
-        As in :class:`~sciml.uq.online.QuantileTracker`.
+        As in :class:`~sciml.uq.catalogue.online.QuantileTracker`.
     lr : float
         ``η > 0``, unitless (the step is ``η`` times the window's score range); paper grid ``{1, .5, .1, .05}``.
     q0 : float

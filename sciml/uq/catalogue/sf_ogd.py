@@ -9,7 +9,7 @@ With the pinball-loss gradient ``g_t = α - err_t`` (``err_t = 1[s_t > q_t]``) a
            \qquad \eta_t = \eta / \sqrt{G_t}.
 
 Long-run coverage (derived here; the sheet's ``(B + η)/(ηT)`` is the constant-step bound of
-:class:`~sciml.uq.online.QuantileTracker`): for scores in ``[0, B]`` and ``q_1 ∈ [0, B]``, ``q_t`` stays in
+:class:`~sciml.uq.catalogue.online.QuantileTracker`): for scores in ``[0, B]`` and ``q_1 ∈ [0, B]``, ``q_t`` stays in
 ``[-αη_1, B + (1-α)η_1]`` (``η_t`` is non-increasing), so ``D_t = q_{t+1} - q_1`` obeys ``|D_t| <= M = B + η_1``
 with ``η_1 = η/|g_1|``. Abel summation of ``err_t - α = (D_t - D_{t-1})/η_t`` gives
 
@@ -29,9 +29,9 @@ from typing import Any
 
 import torch
 
-from ._checks import check_calibrator_dict, finite_real
+from .._checks import check_calibrator_dict, finite_real
+from ..split import CALIBRATORS
 from .online import QuantileTracker, step_score
-from .split import CALIBRATORS
 
 __all__ = ["SFOGD", "sf_ogd_bound"]
 
@@ -45,7 +45,7 @@ class SFOGD(QuantileTracker):
     """Scale-free OGD quantile tracking, ``q_{t+1} = q_t + η(err_t - α)/√(Σ_{i<=t} g_i²)``.
 
     Buffers: ``q`` (0-dim float64) and ``grad_sq`` ``G_t`` (0-dim float64). Parameters as in
-    :class:`~sciml.uq.online.QuantileTracker`; ``lr`` is ``η``, in score units (e.g. the score range ``B``).
+    :class:`~sciml.uq.catalogue.online.QuantileTracker`; ``lr`` is ``η``, in score units (e.g. the score range ``B``).
     """
 
     method = "sf_ogd"

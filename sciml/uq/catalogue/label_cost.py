@@ -27,8 +27,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from ._checks import check_scores, positive_real
-from .quantile import check_alpha, conformal_rank
+from .._checks import check_scores, positive_real
+from ..quantile import check_alpha, conformal_rank
 
 __all__ = ["expected_size", "stopping_size"]
 
