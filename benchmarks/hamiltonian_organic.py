@@ -9,11 +9,11 @@ on the same conformers:
 - ``network``: the shipped model (ridge + equivariant network), with its 90% orbital-energy intervals.
 - ``refine`` (with ``--refine K``): every model's prediction (``network`` is the shipped one, ``network_seedK`` the
   others), the ridge's and H0 itself, each refined by
-  0…K self-consistent Fock builds (:mod:`sciml.hamiltonian.refine`, what ``predict --refine`` does), H MAE and
+  0…K self-consistent Fock builds (:mod:`sciml.hamiltonian.scf.refine`, what ``predict --refine`` does), H MAE and
   occupied MAE after every build: how much of the way to the SCF the network's start saves; with a refined
   calibrator in the artifact, ``predict_refine``: what ``predict --refine K`` writes for its K (intervals included);
 - ``residual`` (shipped model): the SCF residual r(H) of each prediction and its conformal H MAE bound q·r(H)
-  (:mod:`sciml.hamiltonian.residual`; the bound needs ``residual.json`` in the artifact), its coverage on the
+  (:mod:`sciml.hamiltonian.scf.residual`; the bound needs ``residual.json`` in the artifact), its coverage on the
   held-out conformers, and the rank correlation of r(H) with the H MAE.
 
 Per molecule: H MAE over all matrix entries (µHa), occupied orbital-energy MAE (meV), |HOMO–LUMO gap error|
@@ -82,7 +82,7 @@ def errors(h, eps, ref: dict, n_occ: int) -> dict:
 
 def residual_rows(structures, results, predictor, alpha: float) -> list[dict]:
     """Per conformer: SCF residual r(H), the conformal H MAE bound q·r(H) (None without residual.json), H MAE."""
-    from sciml.hamiltonian.residual import residual_fields
+    from sciml.hamiltonian.scf.residual import residual_fields
 
     rows = []
     for s, r in zip(structures, results, strict=True):
@@ -105,7 +105,7 @@ def refine_curves(structures, starts: dict, predictor, steps: int, alpha: float)
     from scipy.linalg import eigh
 
     from sciml.hamiltonian.predict import refine_result, zeroth_step
-    from sciml.hamiltonian.refine import CACHE_MB, refine
+    from sciml.hamiltonian.scf.refine import CACHE_MB, refine
 
     layout, seconds = predictor.layout, []
     curves, shipped = {name: [] for name in [*starts, "h0"]}, []

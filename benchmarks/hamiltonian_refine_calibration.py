@@ -1,7 +1,7 @@
 """Choice of the refined-interval score by leave-one-molecule-out on the calibration molecules, checked on test.
 
 ``predict --refine K`` intervals are split-conformal on the calibration molecules of the organic model
-(:mod:`sciml.hamiltonian.refine_calibration`). Four variants of the score are compared, all Mondrian by orbital
+(:mod:`sciml.hamiltonian.scf.refine_calibration`). Four variants of the score are compared, all Mondrian by orbital
 (HOMO −1, LUMO 0, ...): the absolute error or the error over ``|ε_K − ε_{K−1}| + m``, each with the core orbitals
 grouped from the HOMO like the others or in one group of their own. For every variant:
 
@@ -36,7 +36,7 @@ VARIANTS = {"normalized+core": (True, True), "normalized": (True, False), "absol
 
 def per_conformer(structures, predictor, steps: int) -> list[dict]:
     """Errors, last-build changes (Hartree) and both groupings of every refined conformer of ``structures``."""
-    from sciml.hamiltonian.refine_calibration import CORE_GROUP, refined_errors
+    from sciml.hamiltonian.scf.refine_calibration import CORE_GROUP, refined_errors
 
     rows = []
     for s in structures:
@@ -63,7 +63,7 @@ def fit(rows: list[dict], normalized: bool, core: bool, alpha: float):
 
 def coverage(rows: list[dict], cal, floor, core: bool, alpha: float) -> tuple[dict, list]:
     """Mean coverage per molecule of ``rows`` under a fitted variant; the half-widths (Hartree)."""
-    from sciml.hamiltonian.refine_calibration import CORE_GROUP
+    from sciml.hamiltonian.scf.refine_calibration import CORE_GROUP
 
     known = cal.group_ids
     lo = int(known[known != CORE_GROUP].min())

@@ -18,8 +18,8 @@ from sciml.hamiltonian.domain import FILE as DOMAIN_FILE
 from sciml.hamiltonian.domain import HamiltonianDomain
 from sciml.hamiltonian.model import HamiltonianModel
 from sciml.hamiltonian.orbitals import OrbitalLayout
-from sciml.hamiltonian.refine_calibration import REFINE_FILE, RefinedCalibration
-from sciml.hamiltonian.residual import RESIDUAL_FILE, ResidualBound
+from sciml.hamiltonian.scf.refine_calibration import REFINE_FILE, RefinedCalibration
+from sciml.hamiltonian.scf.residual import RESIDUAL_FILE, ResidualBound
 from sciml.uq.split import calibrator_from_dict
 
 __all__ = ["DEFAULT_MODEL", "HamiltonianPredictor", "load_model", "module_config"]
@@ -43,7 +43,7 @@ class HamiltonianPredictor:
     periodic: bool = False
     generator: dict = field(default_factory=dict)
     domain: HamiltonianDomain | None = None  # molecule models exported with a domain test (domain.json)
-    h0: str = "full"  # how H0 is built at prediction, as in the training data (sciml.hamiltonian.data.h0)
+    h0: str = "full"  # how H0 is built at prediction, as in the training data (sciml.hamiltonian.scf.h0)
     residual: ResidualBound | None = None  # conformal H-MAE bound from the SCF residual (residual.json)
     refined: RefinedCalibration | None = None  # intervals of ``predict --refine K`` (refine_calibrator.json)
 

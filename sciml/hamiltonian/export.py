@@ -349,7 +349,7 @@ def add_domain(path: str | Path, data_path: str | None = None, alpha: float = 0.
 
 
 def add_residual_bound(path: str | Path, data_path: str | None = None, alpha: float = 0.1) -> dict:
-    """Give a molecule artifact the conformal H-MAE bound of :mod:`sciml.hamiltonian.residual` (weights unchanged).
+    """Give a molecule artifact the conformal H-MAE bound of :mod:`sciml.hamiltonian.scf.residual` (weights unchanged).
 
     The calib split is rebuilt from the artifact's recorded ``data`` section as in :func:`add_domain`
     (``data_path`` replaces a moved path). Every calibration conformer is predicted, its SCF residual ``r(H)`` and
@@ -362,7 +362,7 @@ def add_residual_bound(path: str | Path, data_path: str | None = None, alpha: fl
     from sciml.core.io.artifact import add_extra_files, load_artifact, with_card_section
     from sciml.hamiltonian.artifact import load_model
     from sciml.hamiltonian.predict import predict_structures
-    from sciml.hamiltonian.residual import RESIDUAL_FILE, ResidualBound, scf_residual
+    from sciml.hamiltonian.scf.residual import RESIDUAL_FILE, ResidualBound, scf_residual
     from sciml.hamiltonian.task import datamodule
 
     start = time.perf_counter()

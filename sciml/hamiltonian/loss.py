@@ -100,7 +100,7 @@ def density_error(h_flat: torch.Tensor, ref_flat: torch.Tensor, batch) -> torch.
 
     so ``‖δD‖²_F = 8 Σ_ia κ_ia²``. Only the occupied–virtual block of the error counts, weighted by the inverse
     gap: the part of an H error that changes the density, which the Fock build of a self-consistent refinement
-    (:mod:`sciml.hamiltonian.refine`) turns back into H errors. The reference orbitals carry no gradient; the
+    (:mod:`sciml.hamiltonian.scf.refine`) turns back into H errors. The reference orbitals carry no gradient; the
     closed-shell gap keeps the weights finite, and degenerate occupied (or virtual) levels do not enter.
     """
     out = []

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sciml.hamiltonian.data.io_harmonics import pyscf_to_e3nn_shell, wigner_D
+from sciml.hamiltonian.harmonics import pyscf_to_e3nn_shell, wigner_D
 
 __all__ = ["OrbitalLayout", "atomic_numbers", "block_wigner", "wigner_D"]
 

@@ -28,8 +28,8 @@ from sciml.hamiltonian.data.sample import structure_to_sample
 from sciml.hamiltonian.domain import orbital_groups, outside_groups
 from sciml.hamiltonian.embed import h0_embedding
 from sciml.hamiltonian.orbitals import OrbitalLayout
-from sciml.hamiltonian.refine_calibration import core_orbitals
-from sciml.hamiltonian.residual import RESIDUAL_KEYS, residual_fields
+from sciml.hamiltonian.scf.refine_calibration import core_orbitals
+from sciml.hamiltonian.scf.residual import RESIDUAL_KEYS, residual_fields
 from sciml.hamiltonian.structure import HamiltonianStructure
 from sciml.hamiltonian.units import HARTREE_EV
 
@@ -72,9 +72,9 @@ def zeroth_step(numbers, positions, basis: str, xc: str, layout: OrbitalLayout, 
                 grid_level: int = 3, h0: str = "full", cache_mb: float = 0.0) -> dict:
     """Pyscf ``S`` and ``H0`` (pyscf AO order, Hartree) and the number of doubly occupied orbitals.
 
-    ``h0`` is how the model's training data built H0 (:mod:`sciml.hamiltonian.data.h0`: ``"full"`` or ``"fast"``).
+    ``h0`` is how the model's training data built H0 (:mod:`sciml.hamiltonian.scf.h0`: ``"full"`` or ``"fast"``).
     ``cache_mb`` > 0: also ``"solver"``, the refinement's Fock builds
-    (:class:`sciml.hamiltonian.data.two_grid.TwoGridFock`: the fine solver with its density-fitting factors, H0 and
+    (:class:`sciml.hamiltonian.scf.two_grid.TwoGridFock`: the fine solver with its density-fitting factors, H0 and
     its density; coarse-grid AO values up to ``cache_mb`` MB once it builds).
     Raises ImportError (one line) without pyscf, ValueError when pyscf's basis differs from the model's.
     """
@@ -83,7 +83,7 @@ def zeroth_step(numbers, positions, basis: str, xc: str, layout: OrbitalLayout, 
     import_pyscf()
     from pyscf import gto
 
-    from sciml.hamiltonian.data.h0 import fock_solver, zeroth_step_matrices
+    from sciml.hamiltonian.scf.h0 import fock_solver, zeroth_step_matrices
 
     mol = gto.M(atom=[(int(z), tuple(p)) for z, p in zip(numbers, positions, strict=True)], basis=basis,
                 unit="Angstrom", verbose=0)
@@ -96,7 +96,7 @@ def zeroth_step(numbers, positions, basis: str, xc: str, layout: OrbitalLayout, 
                              f"trained with {layout.shells_of(z)}; use the training basis")
     if cache_mb <= 0:
         return zeroth_step_matrices(mol, xc, grid_level, h0) | {"n_occupied": mol.nelectron // 2}
-    from sciml.hamiltonian.data.two_grid import TwoGridFock
+    from sciml.hamiltonian.scf.two_grid import TwoGridFock
 
     solver = fock_solver(mol, xc, grid_level, h0, keep_factors=True)
     out = zeroth_step_matrices(mol, xc, grid_level, h0, solver, with_density=True)
@@ -228,17 +228,17 @@ def refine_result(structure: HamiltonianStructure, result: dict, s_pyscf: np.nda
                   predictor: HamiltonianPredictor, steps: int, alpha: float | None) -> dict:
     """``result`` of :func:`predict_structures` after ``steps`` self-consistent Fock builds.
 
-    The refinement is :func:`sciml.hamiltonian.refine.refine` with the Fock builds ``solver``
-    (:class:`~sciml.hamiltonian.data.two_grid.TwoGridFock` of :func:`zeroth_step`; released after). H, orbital
+    The refinement is :func:`sciml.hamiltonian.scf.refine.refine` with the Fock builds ``solver``
+    (:class:`~sciml.hamiltonian.scf.two_grid.TwoGridFock` of :func:`zeroth_step`; released after). H, orbital
     energies, HOMO/LUMO/gap are the refined ones. Intervals: from the artifact's refined calibrator when it was
-    fitted for these ``steps`` (:mod:`sciml.hamiltonian.refine_calibration`; a guarantee like the unrefined ones);
+    fitted for these ``steps`` (:mod:`sciml.hamiltonian.scf.refine_calibration`; a guarantee like the unrefined ones);
     otherwise each keeps its unrefined width around the refined energy, marked without guarantee. Adds
     ``refine_steps``, ``refine_residuals_microhartree`` (mean |F[D(H_i)] − H_i| of each evaluated iterate) and
     ``refine_last_change_hartree`` (each orbital's ``ε_K − ε_{K−1}``, the change in the last build).
     """
     from scipy.linalg import eigh
 
-    from sciml.hamiltonian.refine import refine
+    from sciml.hamiltonian.scf.refine import refine
 
     if steps < 1:
         raise ValueError(f"refine_result needs at least one Fock build, got {steps}")
@@ -363,21 +363,21 @@ def predict_files(paths, predictor: HamiltonianPredictor, output: str | Path, al
     counts molecules and names the stage (pyscf H0/S, network, write).
 
     ``refine`` > 0: each prediction is refined by that many self-consistent Fock builds (:func:`refine_result`),
-    made on a coarse grid corrected to the H0 build's (:mod:`sciml.hamiltonian.data.two_grid`) by the solver that
+    made on a coarse grid corrected to the H0 build's (:mod:`sciml.hamiltonian.scf.two_grid`) by the solver that
     built its H0. The solver keeps its density-fitting factors until its chunk is written, and the AO values on the
-    coarse grid (at most ``cache_mb`` MB, default :data:`sciml.hamiltonian.refine.CACHE_MB`) during its own builds
-    only (:mod:`sciml.hamiltonian.data.numint_cache`); a chunk also closes before the solvers it holds exceed
+    coarse grid (at most ``cache_mb`` MB, default :data:`sciml.hamiltonian.scf.refine.CACHE_MB`) during its own builds
+    only (:mod:`sciml.hamiltonian.scf.numint_cache`); a chunk also closes before the solvers it holds exceed
     ``cache_mb`` in all.
 
     ``timings``: a dict to which the wall seconds of each stage are added: ``read`` (``.xyz`` and reference
     files), ``h0_overlap`` (pyscf S and H0), ``network`` (:func:`predict_structures`: graphs, model, orbital
     energies, intervals), ``residual`` (with ``residual``: the SCF residual of each prediction and its H MAE
-    bound, :mod:`sciml.hamiltonian.residual`), ``refine`` (with ``refine``), ``write`` (output folders, plots);
+    bound, :mod:`sciml.hamiltonian.scf.residual`), ``refine`` (with ``refine``), ``write`` (output folders, plots);
     ``network_calls`` counts the calls.
     """
     from tqdm.auto import tqdm
 
-    from sciml.hamiltonian.refine import CACHE_MB
+    from sciml.hamiltonian.scf.refine import CACHE_MB
 
     if batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {batch_size}")
@@ -475,7 +475,7 @@ def _prepare(source: str, numbers, positions, predictor: HamiltonianPredictor, r
     """Build one molecule's S and H0 with pyscf (``source`` names it in messages and rows).
 
     Returns ``(structure, S (pyscf order), reference H or None, Fock builds or None)``; the builds
-    (:class:`~sciml.hamiltonian.data.two_grid.TwoGridFock`, ``cache_mb`` > 0) are kept for the refinement.
+    (:class:`~sciml.hamiltonian.scf.two_grid.TwoGridFock`, ``cache_mb`` > 0) are kept for the refinement.
     """
     bar.set_postfix_str(f"{Path(source).name}: pyscf H0, S")
     with _timed(timings, "h0_overlap"):

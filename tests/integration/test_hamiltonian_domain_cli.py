@@ -79,7 +79,7 @@ def test_residual_option_writes_the_residual_and_the_bound(tmp_path, capsys):
     """``--residual``: r(H) of each prediction, and q·r(H) once the artifact carries residual.json."""
     pytest.importorskip("pyscf")
     from sciml.core.io.artifact import add_extra_files
-    from sciml.hamiltonian.residual import RESIDUAL_FILE
+    from sciml.hamiltonian.scf.residual import RESIDUAL_FILE
 
     out = tmp_path / "plain"
     assert main(["hamiltonian", "predict", str(EXAMPLE), "--output", str(out), "--no-progress", "--residual"]) == 0

@@ -48,7 +48,7 @@ def test_split_by_molecule_keeps_each_molecule_in_one_split(folder, tmp_path):
 def test_fast_h0_is_close_to_the_full_one_but_not_equal():
     from pyscf import gto
 
-    from sciml.hamiltonian.data.h0 import zeroth_step_matrices
+    from sciml.hamiltonian.scf.h0 import zeroth_step_matrices
 
     mol = gto.M(atom="O 0 0 0.117; H 0 0.757 -0.469; H 0 -0.757 -0.469", basis="def2-svp", verbose=0)
     full, fast = (zeroth_step_matrices(mol, "pbe", 3, m) for m in ("full", "fast"))
@@ -63,7 +63,7 @@ def test_fast_h0_blocks_the_xc_grid_without_changing_the_sum():
     """The XC working-memory cap changes only pyscf's grid blocking (one block vs several), not H0."""
     from pyscf import gto
 
-    from sciml.hamiltonian.data.h0 import fock_solver
+    from sciml.hamiltonian.scf.h0 import fock_solver
 
     mol = gto.M(atom="C 0 0 0; O 0 0 1.128", basis="def2-svp", verbose=0)
     capped = fock_solver(mol, "pbe", method="fast")

@@ -1,7 +1,7 @@
 """``sciml hamiltonian predict --refine K``: the organic model's prediction refined by K Fock builds.
 
 On a water conformer the refined H lands on the fixed point of the refinement's Fock builds (the model's ``"fast"``
-build made on a coarse grid corrected at the SAD density, sciml.hamiltonian.data.two_grid), up to its last
+build made on a coarse grid corrected at the SAD density, sciml.hamiltonian.scf.two_grid), up to its last
 residual; that fixed point differs from the reference SCF (exact Coulomb, grid 3) by the fast method's error and the
 grid correction's change, ~28 µHa for water, while the unrefined prediction is thousands of µHa off. The
 output says how it was made. Bad combinations are one-line errors. Needs pyscf (~10 s).
@@ -30,10 +30,10 @@ def _reference(tmp_path: Path) -> tuple[Path, np.ndarray]:
     from pyscf import gto
 
     from sciml.hamiltonian.data.generate import SCFSettings, run_molecule_scf
-    from sciml.hamiltonian.data.h0 import fock_solver
-    from sciml.hamiltonian.data.two_grid import TwoGridFock
+    from sciml.hamiltonian.scf.h0 import fock_solver
+    from sciml.hamiltonian.scf.two_grid import TwoGridFock
     from sciml.hamiltonian.predict import read_xyz
-    from sciml.hamiltonian.refine import refine
+    from sciml.hamiltonian.scf.refine import refine
 
     numbers, pos = read_xyz(EXAMPLE)
     path = tmp_path / "reference.npy"
@@ -86,7 +86,7 @@ def test_a_refined_calibrator_gives_the_intervals_of_its_steps(tmp_path, capsys)
     import torch
 
     from sciml.core.io.artifact import add_extra_files
-    from sciml.hamiltonian.refine_calibration import REFINE_FILE, RefinedCalibration
+    from sciml.hamiltonian.scf.refine_calibration import REFINE_FILE, RefinedCalibration
     from sciml.uq.mondrian import MondrianConformal
 
     model = tmp_path / "model"

@@ -127,7 +127,7 @@ def test_hamiltonian_predict_path_skips_dynamo_pandas_and_pymatgen():
 
 
 @pytest.mark.parametrize("code", ["import sciml.hamiltonian.nn.layers",
-                                  "from sciml.hamiltonian.data.io_harmonics import e3nn_harmonics\n"
+                                  "from sciml.hamiltonian.harmonics import e3nn_harmonics\n"
                                   "e3nn_harmonics(2, [[0.0, 0.0, 1.0]])"])
 def test_any_first_e3nn_import_skips_dynamo(code):
     got = imported_after(f"{code}\nOUT = 'torch._dynamo' in sys.modules")

@@ -8,8 +8,8 @@ import pytest
 pytest.importorskip("pyscf")
 from pyscf import df, dft, gto  # noqa: E402
 
-from sciml.hamiltonian.data.coulomb_fit import CoulombFit  # noqa: E402
-from sciml.hamiltonian.data.h0 import JFIT, fock_solver  # noqa: E402
+from sciml.hamiltonian.scf.coulomb_fit import CoulombFit  # noqa: E402
+from sciml.hamiltonian.scf.h0 import JFIT, fock_solver  # noqa: E402
 
 WATER = [(8, (0.0, 0.0, 0.117)), (1, (0.0, 0.757, -0.469)), (1, (0.0, -0.757, -0.469))]
 

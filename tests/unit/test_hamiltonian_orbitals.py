@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from sciml.hamiltonian.data.io_harmonics import pyscf_harmonics, pyscf_to_e3nn_shell, sphere_points
+from sciml.hamiltonian.harmonics import pyscf_harmonics, pyscf_to_e3nn_shell, sphere_points
 from sciml.hamiltonian.orbitals import OrbitalLayout, block_wigner, wigner_D
 
 WATER = "O 0.0 0.0 0.117; H 0.0 0.757 -0.469; H 0.05 -0.76 -0.47"

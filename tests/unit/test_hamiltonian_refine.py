@@ -1,8 +1,8 @@
-"""Self-consistent refinement of a predicted H (sciml.hamiltonian.refine) and its Fock builds.
+"""Self-consistent refinement of a predicted H (sciml.hamiltonian.scf.refine) and its Fock builds.
 
 Checked against pyscf's own fixed point on water (PBE/def2-SVP, the ``"fast"`` builder, ~3 s): a converged SCF
 is left where it is, a start as far off as the SAD guess (H0) converges to it, cached AO values give the same Fock
-matrices, and the two-grid builds (sciml.hamiltonian.data.two_grid) meet their defining identities and land near
+matrices, and the two-grid builds (sciml.hamiltonian.scf.two_grid) meet their defining identities and land near
 the fine fixed point. Anderson's weights are checked against their closed form.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sciml.hamiltonian.refine import anderson_weights, occupied_density, refine
+from sciml.hamiltonian.scf.refine import anderson_weights, occupied_density, refine
 
 WATER = (np.array([8, 1, 1]), np.array([[0.0, 0.0, 0.117], [0.0, 0.757, -0.469], [0.0, -0.757, -0.469]]))
 
@@ -35,7 +35,7 @@ def test_anderson_weights_sum_to_one_and_minimise_the_mixed_residual():
 def _water_solver(keep_factors: bool = False):
     from pyscf import gto
 
-    from sciml.hamiltonian.data.h0 import fock_solver
+    from sciml.hamiltonian.scf.h0 import fock_solver
 
     numbers, pos = WATER
     mol = gto.M(atom=[(int(z), tuple(p)) for z, p in zip(numbers, pos, strict=True)], basis="def2-svp",
@@ -45,7 +45,7 @@ def _water_solver(keep_factors: bool = False):
 
 def test_cached_ao_values_give_the_same_fock_matrices():
     pytest.importorskip("pyscf")
-    from sciml.hamiltonian.data import numint_cache
+    from sciml.hamiltonian.scf import numint_cache
 
     plain, cached = _water_solver(), _water_solver(keep_factors=True)
     cached._numint = numint_cache.CachedNumInt(64.0)
@@ -69,7 +69,7 @@ def test_cached_ao_values_give_the_same_fock_matrices():
 def test_two_grid_builds_equal_h0_at_its_density_and_differ_by_the_grid_correction():
     """F̃[D] − F_f[D] = δ(D_0) − δ(D) with δ = F_f − F_c: exact at D_0, and the same identity elsewhere."""
     pytest.importorskip("pyscf")
-    from sciml.hamiltonian.data.two_grid import TwoGridFock
+    from sciml.hamiltonian.scf.two_grid import TwoGridFock
 
     fine = _water_solver(keep_factors=True)
     d0 = fine.get_init_guess(key="minao")
@@ -122,7 +122,7 @@ def test_refinement_converges_to_the_scf_and_keeps_a_converged_h():
 def test_two_grid_refinement_lands_within_the_change_of_the_grid_correction():
     """The two-grid fixed point H̃ solves H̃ = F_f[D̃] + δ(D_0) − δ(D̃): off the fine one by about that change."""
     pytest.importorskip("pyscf")
-    from sciml.hamiltonian.data.two_grid import TwoGridFock
+    from sciml.hamiltonian.scf.two_grid import TwoGridFock
 
     mf = _water_solver(keep_factors=True)
     mf.conv_tol = 1e-12
@@ -145,8 +145,8 @@ def test_two_grid_builds_go_one_level_down_and_keep_a_converged_full_h0_scf():
     pytest.importorskip("pyscf")
     from pyscf import gto
 
-    from sciml.hamiltonian.data.h0 import fock_solver
-    from sciml.hamiltonian.data.two_grid import TwoGridFock
+    from sciml.hamiltonian.scf.h0 import fock_solver
+    from sciml.hamiltonian.scf.two_grid import TwoGridFock
 
     numbers, pos = WATER
     mol = gto.M(atom=[(int(z), tuple(p)) for z, p in zip(numbers, pos, strict=True)], basis="def2-svp",
@@ -173,7 +173,7 @@ def test_refine_refuses_bad_settings(steps, beta, depth, match):
 def test_refined_calibration_refuses_molecules_outside_the_calibration_split(tmp_path):
     from pathlib import Path
 
-    from sciml.hamiltonian.refine_calibration import add_refine_calibration
+    from sciml.hamiltonian.scf.refine_calibration import add_refine_calibration
 
     organic = Path(__file__).resolve().parents[2] / "checkpoints" / "organic-pbe-def2svp"
     if not organic.is_dir():
@@ -188,7 +188,7 @@ def test_refined_calibration_refuses_molecules_outside_the_calibration_split(tmp
 def test_refined_calibration_round_trip_and_bad_steps():
     import torch
 
-    from sciml.hamiltonian.refine_calibration import RefinedCalibration
+    from sciml.hamiltonian.scf.refine_calibration import RefinedCalibration
     from sciml.uq.mondrian import MondrianConformal
 
     groups = torch.arange(-2, 1).repeat(9)
@@ -211,7 +211,7 @@ def test_refined_calibration_round_trip_and_bad_steps():
 def test_core_orbitals_get_their_own_refined_group():
     import torch
 
-    from sciml.hamiltonian.refine_calibration import CORE_GROUP, RefinedCalibration, core_orbitals, refined_groups
+    from sciml.hamiltonian.scf.refine_calibration import CORE_GROUP, RefinedCalibration, core_orbitals, refined_groups
     from sciml.uq.mondrian import MondrianConformal
 
     assert core_orbitals([8, 1, 1]) == 1 and core_orbitals([6, 6, 7, 1]) == 3 and core_orbitals([1, 1]) == 0

@@ -1,4 +1,4 @@
-"""SCF residual r(H) = mean |F[D(H)] − H| and its conformal H-MAE bound (sciml.hamiltonian.residual).
+"""SCF residual r(H) = mean |F[D(H)] − H| and its conformal H-MAE bound (sciml.hamiltonian.scf.residual).
 
 The residual is checked against pyscf's own fixed point: a converged SCF made with the same Fock builder has
 r ≈ 0 (its convergence threshold), H0 (the SAD guess) a large one, and a perturbation δ of the converged H
@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from sciml.hamiltonian.residual import ResidualBound, scf_residual
+from sciml.hamiltonian.scf.residual import ResidualBound, scf_residual
 from sciml.uq.quantile import conformal_rank
 
 WATER = (np.array([8, 1, 1]), np.array([[0.0, 0.0, 0.117], [0.0, 0.757, -0.469], [0.0, -0.757, -0.469]]))
@@ -47,7 +47,7 @@ def test_fit_refuses_bad_ratios_and_alpha():
 def _converged_water():
     from pyscf import gto
 
-    from sciml.hamiltonian.data.h0 import fock_solver
+    from sciml.hamiltonian.scf.h0 import fock_solver
 
     numbers, pos = WATER
     mol = gto.M(atom=[(int(z), tuple(p)) for z, p in zip(numbers, pos, strict=True)], basis="def2-svp",

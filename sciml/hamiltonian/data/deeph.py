@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from sciml.core.io.atomic import atomic_directory
-from sciml.hamiltonian.data.io_harmonics import pyscf_to_e3nn_shell
+from sciml.hamiltonian.harmonics import pyscf_to_e3nn_shell
 from sciml.hamiltonian.orbitals import OrbitalLayout
 from sciml.hamiltonian.structure import HamiltonianStructure
 from sciml.hamiltonian.units import HARTREE_EV

@@ -36,7 +36,7 @@ class SCFSettings:
     grid_level: int = 3
     threads: int = 1
     max_cycle: int = 100
-    h0: str = "full"  # how H0 is built: "full" or "fast" (sciml.hamiltonian.data.h0)
+    h0: str = "full"  # how H0 is built: "full" or "fast" (sciml.hamiltonian.scf.h0)
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ def run_molecule_scf(numbers, positions, settings: SCFSettings) -> dict:
     start = time.perf_counter()
     mf.kernel()
     seconds = time.perf_counter() - start
-    from sciml.hamiltonian.data.h0 import zeroth_step_matrices
+    from sciml.hamiltonian.scf.h0 import zeroth_step_matrices
 
     mats = {"H": mf.get_fock(), **zeroth_step_matrices(mol, settings.xc, settings.grid_level, settings.h0)}
     return {"mats": mats, "ao_labels": mol.ao_labels(), "energy": float(mf.e_tot), "n_occupied": mol.nelectron // 2,

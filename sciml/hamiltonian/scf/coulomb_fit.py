@@ -11,7 +11,7 @@ whole three-centre tensor; here each J is two matrix–vector products and one s
 J agrees with pyscf's to ~1e-14 Ha.
 
 :class:`CoulombFit` is a ``pyscf.df.DF`` that answers Coulomb-only requests this way (the ``"fast"`` H0 of pure
-functionals, :mod:`sciml.hamiltonian.data.h0`); exchange, range-separated or complex requests, a three-centre tensor
+functionals, :mod:`sciml.hamiltonian.scf.h0`); exchange, range-separated or complex requests, a three-centre tensor
 larger than ``max_memory`` (MB) and a metric that is not numerically positive definite go to pyscf's own path.
 """
 

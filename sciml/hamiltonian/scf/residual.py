@@ -8,7 +8,7 @@ the SCF iterates to; the DIIS error ``F D S − S D F`` vanishes with it). The r
 
 is zero at the SCF solution and, near it, grows with the error ``δH`` of a prediction: to first order
 ``F[D(H + δH)] − (H + δH) = (χ − 1) δH`` with ``χ`` the density response of the Kohn–Sham potential. It costs one
-Fock build, made the way the model's H0 is (:func:`sciml.hamiltonian.data.h0.fock_solver`, ``h0`` method of the
+Fock build, made the way the model's H0 is (:func:`sciml.hamiltonian.scf.h0.fock_solver`, ``h0`` method of the
 model), i.e. about as much as H0 itself.
 
 :class:`ResidualBound` turns it into a bound on the H MAE of a new molecule by split conformal prediction on the
@@ -49,7 +49,7 @@ def scf_residual(numbers, positions, h_pyscf: np.ndarray, basis: str, xc: str, h
     """
     from pyscf import gto
 
-    from sciml.hamiltonian.data.h0 import fock_solver
+    from sciml.hamiltonian.scf.h0 import fock_solver
 
     mol = gto.M(atom=[(int(z), tuple(map(float, p))) for z, p in zip(numbers, positions, strict=True)],
                 basis=basis, unit="Angstrom", verbose=0)

@@ -1,7 +1,7 @@
 r"""Fock builds for the refinement on a coarse XC grid, corrected to the fine grid at the density that built H0.
 
 A Kohn–Sham build ``F[D] = h + J[D] + V_xc^g[D]`` costs mostly its XC integral on the grid ``g``. The refinement
-(:mod:`sciml.hamiltonian.refine`) makes several builds of one molecule; :class:`TwoGridFock` makes them on a coarse
+(:mod:`sciml.hamiltonian.scf.refine`) makes several builds of one molecule; :class:`TwoGridFock` makes them on a coarse
 grid ``c`` (pyscf level one below the H0 build's, :data:`COARSER_BY`) and adds the fine grid's difference at the SAD
 density ``D_0``, which the H0 build has already paid for:
 
@@ -33,14 +33,14 @@ class TwoGridFock:
     Parameters
     ----------
     fine : pyscf mean-field object
-        The solver that built ``h0`` (:func:`sciml.hamiltonian.data.h0.fock_solver`, its DF factors kept).
+        The solver that built ``h0`` (:func:`sciml.hamiltonian.scf.h0.fock_solver`, its DF factors kept).
     h0 : np.ndarray
         ``F_f[D_0]`` (nao, nao), pyscf AO order.
     d0 : np.ndarray
         The density ``D_0`` (nao, nao) it was built from.
     cache_mb : float
         AO values on the coarse grid kept between builds (MB;
-        :class:`~sciml.hamiltonian.data.numint_cache.CachedNumInt`).
+        :class:`~sciml.hamiltonian.scf.numint_cache.CachedNumInt`).
     level : int, optional
         Coarse grid level; default one level below the fine grid's (:data:`COARSER_BY`), at least 0.
 
@@ -69,7 +69,7 @@ class TwoGridFock:
     def _coarse_solver(self):
         from pyscf.dft import gen_grid
 
-        from sciml.hamiltonian.data.numint_cache import CachedNumInt
+        from sciml.hamiltonian.scf.numint_cache import CachedNumInt
 
         coarse = self.fine.copy()  # shallow: the DF factors (or the four-centre integrals) are shared
         coarse.grids = gen_grid.Grids(self.fine.mol)
@@ -78,8 +78,8 @@ class TwoGridFock:
         return coarse
 
     def release(self) -> None:
-        """Drop the coarse solver and give its AO values back (:func:`~sciml.hamiltonian.data.numint_cache.release`)."""
-        from sciml.hamiltonian.data.numint_cache import release
+        """Drop the coarse solver and give its AO values back (:func:`~sciml.hamiltonian.scf.numint_cache.release`)."""
+        from sciml.hamiltonian.scf.numint_cache import release
 
         if self._coarse is not None:
             release(self._coarse)

@@ -6,7 +6,7 @@ build it, recorded with the data and the model so that prediction builds H0 the 
 ``"full"``
     Exact four-centre Coulomb, XC on the SCF's grid (``grid_level``, default 3): the shared data's H0.
 ``"fast"``
-    Coulomb by density fitting (``def2-universal-jfit``, :class:`~sciml.hamiltonian.data.coulomb_fit.CoulombFit`;
+    Coulomb by density fitting (``def2-universal-jfit``, :class:`~sciml.hamiltonian.scf.coulomb_fit.CoulombFit`;
     ``-jkfit`` and pyscf's ``DF`` when exact exchange is needed: Hartree–Fock and hybrid functionals), XC on grid
     level 1. For uracil (132 AOs) it is ~5x
     cheaper than ``"full"`` and differs from it by a mean |ΔH0| ≈ 2 µHa (max ≈ 0.15 mHa), far below
@@ -16,10 +16,10 @@ build it, recorded with the data and the model so that prediction builds H0 the 
     faults of that allocation cost 0.3–0.5 s on some molecules and not on others. Indole's H0 + S: 0.93 s per
     molecule instead of 0.9–1.6 s; the sum is the same up to rounding (|ΔH0| < 1e-12 Ha).
 
-A solver that builds many Fock matrices of one molecule (the refinement of :mod:`sciml.hamiltonian.refine`) asks
+A solver that builds many Fock matrices of one molecule (the refinement of :mod:`sciml.hamiltonian.scf.refine`) asks
 ``fock_solver(..., keep_factors=True)``: the density-fitting factors are computed once and kept in memory, so that
 J is one contraction per build; its further builds go to a coarse grid
-(:class:`sciml.hamiltonian.data.two_grid.TwoGridFock`).
+(:class:`sciml.hamiltonian.scf.two_grid.TwoGridFock`).
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def fock_solver(mol, xc: str, grid_level: int = 3, method: str = "full", keep_fa
     if density_fit:
         mf = mf.density_fit(auxbasis=JKFIT if exchange else JFIT)  # the DF object keeps mol.max_memory
         if not exchange:  # Coulomb only: (ij|P) and chol((P|Q)), half pyscf's set-up (coulomb_fit)
-            from sciml.hamiltonian.data.coulomb_fit import CoulombFit
+            from sciml.hamiltonian.scf.coulomb_fit import CoulombFit
 
             mf.with_df = CoulombFit(mol, JFIT)
         if keep_factors:

@@ -1,7 +1,7 @@
 """Conformal intervals for refined predictions (``predict --refine K``), fitted on calibration molecules.
 
 The artifact's own calibrator describes the network's errors (hundreds of meV on new molecules); after ``K``
-self-consistent Fock builds (:mod:`sciml.hamiltonian.refine`) the errors are tens of meV or less, so those widths
+self-consistent Fock builds (:mod:`sciml.hamiltonian.scf.refine`) the errors are tens of meV or less, so those widths
 say nothing about them. :func:`add_refine_calibration` refines the model's predictions of held-out calibration
 molecules with the same ``K`` and fits a Mondrian-by-orbital split-conformal calibrator (Vovk 2012; groups HOMO −1,
 LUMO 0, ...; the deepest pooled until each can give a finite width, :func:`sciml.hamiltonian.domain.pool_deep_groups`)
@@ -124,7 +124,7 @@ def refined_errors(structures, predictor, steps: int) -> tuple[torch.Tensor, tor
     from scipy.linalg import eigh
 
     from sciml.hamiltonian.predict import predict_structures, refine_result, zeroth_step
-    from sciml.hamiltonian.refine import CACHE_MB
+    from sciml.hamiltonian.scf.refine import CACHE_MB
 
     layout, scores, changes, groups = predictor.layout, [], [], []
     for s in structures:
@@ -187,7 +187,7 @@ def add_refine_calibration(path: str | Path, data: str | Path, steps: int = 5, a
         f"|ε − ε_ref| / (|ε_K − ε_(K−1)| + {floor * HARTREE_EV * 1e3:.2f} meV) of "
         f"{len(structures)} refined conformers of {len(files)} calibration molecules (median half-width "
         f"{summary['median_half_width_mev']:.1f} meV at α = {alpha}), fitted by "
-        "`sciml.hamiltonian.refine_calibration.add_refine_calibration`. Other K: the "
+        "`sciml.hamiltonian.scf.refine_calibration.add_refine_calibration`. Other K: the "
         "unrefined widths, marked without guarantee."))
     add_extra_files(path, {REFINE_FILE: fitted.to_dict()}, metadata={"refine_calibration": summary}, card=card)
     return summary

@@ -4,7 +4,7 @@ A Kohn–Sham Fock build evaluates every AO (and, for GGAs, its gradient) on eve
 ``V_xc``; across the builds of one molecule those values do not change. :class:`CachedNumInt` keeps them from its
 first pass on, so that further builds only contract them with the new density (uracil, grid level 1, 51k points,
 132 AOs: 216 MB, a build 0.14–0.18 s instead of 0.51 s with the density-fitted Coulomb kept as well; the
-refinement's coarse grid, :mod:`sciml.hamiltonian.data.two_grid`: 47 MB, 0.04 s). Imported only where pyscf is
+refinement's coarse grid, :mod:`sciml.hamiltonian.scf.two_grid`: 47 MB, 0.04 s). Imported only where pyscf is
 (extra ``quantum``).
 
 The kept values live in one arena per grid, taken from a small pool to which :func:`release` (or a collected

@@ -8,7 +8,7 @@ SIAM J. Numer. Anal. 49, 1715): with residuals ``r_i = g(H_i) − H_i`` of the l
     c = argmin_{Σc = 1} ‖Σ_i c_i r_i‖₂,    H_{k+1} = Σ_i c_i (H_i + β r_i),
 
 (the first step is ``H_1 = H_0 + β r_0``). Each step costs one Fock build made the model's H0 way, its XC on a
-coarse grid corrected to the H0 build's (:class:`sciml.hamiltonian.data.two_grid.TwoGridFock`), so the refined H
+coarse grid corrected to the H0 build's (:class:`sciml.hamiltonian.scf.two_grid.TwoGridFock`), so the refined H
 converges to the SCF solution of that build, which differs from the reference SCF by the H0 method's error
 (``"fast"``: a mean 3–16 µHa on the held-out molecules, ``docs/hamiltonian.md``) and the change of the grid
 correction between the SAD and the SCF density (a few µHa). On those molecules 5 steps from the organic model's
@@ -77,7 +77,7 @@ def refine(h: np.ndarray, fock, s: np.ndarray, n_occupied: int, steps: int, beta
     h : np.ndarray
         Starting Hamiltonian (nao, nao; pyscf AO order), e.g. a model's prediction.
     fock : callable
-        ``D -> F[D]`` (nao, nao), e.g. :class:`~sciml.hamiltonian.data.two_grid.TwoGridFock`.
+        ``D -> F[D]`` (nao, nao), e.g. :class:`~sciml.hamiltonian.scf.two_grid.TwoGridFock`.
     s : np.ndarray
         Overlap (nao, nao).
     n_occupied : int
