@@ -25,7 +25,9 @@ import torch
 
 from sciml.core.io.atomic import atomic_write_text
 from sciml.perturbation.nn.shrinkage import ash_by_row
-from sciml.perturbation.select import double_keys, fit_joint, observed
+from sciml.perturbation.prior import Singles
+from sciml.perturbation.screen import double_keys, read_doubles
+from sciml.perturbation.select import fit_joint
 from sciml.perturbation.task import build
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -36,23 +38,24 @@ from perturbation_prior import case_arguments, case_config, folds  # noqa: E402
 def run(setting: str, seed: int, work: Path) -> dict:
     """Design (training folds + val) and test ratios of both singles for one simulator case."""
     dm, model = build(case_config(setting, seed, work, "masking"), None)
-    model.set_flow(denoise="eb_joint")
+    model.set_prior(denoise="eb_joint")
     known = model.has_effect
+    singles = Singles(model.single_effect.clone(), model.single_var.clone(), known.clone())
     single = model.single_effect.clone()
     single[known] = ash_by_row(model.single_effect[known], model.single_var[known])
-    train, val, test = (double_keys(model, dm, s) for s in ("train", "val", "test"))
+    train, val, test = (double_keys(dm, known, s) for s in ("train", "val", "test"))
     outer = [([train[i] for i in range(len(train)) if i not in set(f)], [train[i] for i in f])
              for f in folds(len(train), seed + 100)] + [(train, val)]
     out = {}
     for name, splits in (("design", outer), ("test", [(train + val, test)])):
         err = {"additive": [], "single": [], "joint": []}
         for inner, held in splits:
-            fit_joint(model, dm, inner)
-            obs = observed(dm, held)
+            model.set_joint_singles(*fit_joint(singles, read_doubles(dm, inner)))
+            obs = read_doubles(dm, held)
 
             def mse(table: torch.Tensor, clip: bool = True, obs=obs) -> torch.Tensor:
-                pred = obs["mu0"] + table[obs["pert"]].sum(1)
-                return ((pred.clamp_min(0.0) if clip else pred) - obs["target"]).square().mean(-1)
+                pred = obs.mu0 + table[obs.pert].sum(1)
+                return ((pred.clamp_min(0.0) if clip else pred) - obs.target).square().mean(-1)
 
             err["additive"].append(mse(model.single_effect, clip=False))
             err["single"].append(mse(single))

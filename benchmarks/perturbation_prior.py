@@ -32,6 +32,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -42,10 +43,11 @@ import torch
 from sciml.cli.config import load_config
 from sciml.core.io.atomic import atomic_write_text
 from sciml.perturbation.data.anndata_io import write_h5ad
-from sciml.perturbation.nn.shrinkage import EB_DENOISERS
-from sciml.perturbation.select import choose_masking, choose_shrink, double_keys, observed, prior_errors
+from sciml.perturbation.screen import double_keys, read_doubles, read_screen, training_doubles
+from sciml.perturbation.select import choose_masking, choose_shrink, fit_joint
+from sciml.perturbation.settings import JOINT
 from sciml.perturbation.sim.simulate import simulate
-from sciml.perturbation.task import build, training_doubles
+from sciml.perturbation.task import build
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from perturbation import OTHER, SETTINGS, seeded_case  # noqa: E402  (the prior was chosen on SETTINGS)
@@ -89,14 +91,17 @@ class Subset:
 
 
 def sq_error(model, dm, keys: list[str], additive: bool = False) -> torch.Tensor:
-    """Per-double MSE ``(D,)`` of the model's prior mean (:func:`sciml.perturbation.select.prior_errors`).
+    """Per-double MSE ``(D,)`` of the model's prior mean (control mean + prior, clipped at 0).
 
     ``additive``: the additive baseline's unclipped mean instead (as in ``benchmarks/perturbation.py``).
     """
-    obs = observed(dm, keys)
-    if not additive:
-        return prior_errors(model, obs)
-    return (obs["mu0"] + model.single_effect[obs["pert"]].sum(1) - obs["target"]).pow(2).mean(-1)
+    obs = read_doubles(dm, keys)
+    if additive:
+        pred = obs.mu0 + model.single_effect[obs.pert].sum(1)
+    else:
+        with torch.no_grad():
+            pred = (obs.mu0 + model.prior_mean(obs.pert)).clamp_min(0.0)
+    return (pred - obs.target).pow(2).mean(-1)
 
 
 def folds(n: int, seed: int) -> list[np.ndarray]:
@@ -105,34 +110,44 @@ def folds(n: int, seed: int) -> list[np.ndarray]:
     return [np.sort(order[k::FOLDS]) for k in range(min(FOLDS, n))]
 
 
-def fit_on(models: dict, dm, keys: list[str], seed: int) -> dict:
-    """Fit every prior on the doubles ``keys`` only, their own choices included; return the choices."""
+def fit_on(models: dict, dm, screen, keys: list[str], seed: int) -> dict:
+    """Fit every prior on the doubles ``keys`` only, their own choices included; return the choices.
+
+    ``screen``: :func:`sciml.perturbation.screen.read_screen` of ``dm`` (its singles, control mean and closure).
+    """
     sub = Subset(dm, keys)
+    inner = dataclasses.replace(screen, doubles={"train": read_doubles(dm, keys), "val": read_doubles(dm, [])},
+                                rule_doubles=training_doubles(sub))
     out = {}
     for name in MASKING:
-        denoise = models[name].flow["denoise"]  # the recipe's empirical-Bayes singles stay; else τ is chosen
-        models[name].set_flow(kappa="auto", denoise=denoise if denoise in EB_DENOISERS else "auto")
-        choice = choose_masking(models[name], sub, seed=seed)  # eb_joint: the singles refitted on sub's doubles
-        out[name] = {"kappa": choice["kappa"], "denoise": choice["denoise"]}
+        model = models[name]
+        settings = model.prior_settings  # the recipe's empirical-Bayes singles stay; else τ is chosen
+        settings = settings.replace(kappa="auto", denoise=settings.denoise if settings.empirical_bayes else "auto")
+        chosen = choose_masking(settings, inner, seed=seed).settings
+        if chosen.denoise == JOINT:  # the singles refitted on the inner doubles
+            model.set_joint_singles(*fit_joint(screen.singles, inner.doubles["train"]))
+        model.set_prior(chosen)
+        out[name] = {"kappa": chosen.kappa, "denoise": chosen.denoise}
     for name in ("combination", "blend", "blend_single", "blend_eb"):
         model = models[name]
-        model.fit_combination(training_doubles(sub), torch.as_tensor(dm.control_matrix().mean(0)), seed)
-        shrink = choose_shrink(model, sub, seed=seed)["shrink"]
-        model.set_flow(shrink=shrink)
+        model.fit_combination(inner.rule_doubles, screen.ctrl_mean, seed)
+        shrink = choose_shrink(model.prior_settings, inner, model.combination, seed=seed).settings.shrink
+        model.set_prior(shrink=shrink)
         out[name] = out.get(name, {}) | {"shrink": shrink}
     return out
 
 
 def design(dm, models: dict, seed: int) -> dict:
     """Nested comparison on the training folds and val (module docstring): MSE ratios to additive."""
-    train, val = double_keys(models["masking"], dm, "train"), double_keys(models["masking"], dm, "val")
+    screen = read_screen(dm)
+    train, val = (double_keys(dm, models["masking"].has_effect, split) for split in ("train", "val"))
     outer = [([train[i] for i in range(len(train)) if i not in set(f)], [train[i] for i in f])
              for f in folds(len(train), seed + 100)]
     outer.append((train, val))
     err = {"additive": [], **{name: [] for name in PRIORS}}
     chosen = []
     for inner, held in outer:
-        chosen.append(fit_on(models, dm, inner, seed))
+        chosen.append(fit_on(models, dm, screen, inner, seed))
         err["additive"].append(sq_error(models["masking"], dm, held, additive=True))
         for name in PRIORS:
             err[name].append(sq_error(models[name], dm, held))
@@ -146,10 +161,11 @@ def run(setting: str, seed: int, work: Path) -> dict:
     built = {prior: build(case_config(setting, seed, work, prior), None) for prior in PRIORS}
     test = {}
     for prior, (dm, model) in built.items():
-        keys = double_keys(model, dm, "test")
+        keys = double_keys(dm, model.has_effect, "test")
         ratio = float(sq_error(model, dm, keys).mean()) / float(sq_error(model, dm, keys, additive=True).mean())
-        test[prior] = {"ratio": ratio, "chosen": {k: model.flow[k] for k in ("kappa", "denoise", "closure", "shrink",
-                                                                          "blend")}}
+        flow = model.prior_settings.to_flow()
+        test[prior] = {"ratio": ratio, "chosen": {k: flow[k] for k in ("kappa", "denoise", "closure", "shrink",
+                                                                      "blend")}}
     dm = built["masking"][0]
     result = design(dm, {prior: model for prior, (_, model) in built.items()}, seed)
     return {"setting": setting, "seed": seed, "design": result, "test": test}

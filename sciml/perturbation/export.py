@@ -10,8 +10,8 @@ from sciml.perturbation.domain import FILE as DOMAIN_FILE
 from sciml.perturbation.domain import PerturbationDomain, fit_domain
 from sciml.perturbation.evaluate import band_metrics, effects, split_predictions
 from sciml.perturbation.module import PerturbationFlow
-from sciml.perturbation.nn.shrinkage import EB_DENOISERS
 from sciml.perturbation.select import apply_fallback, versus_additive
+from sciml.perturbation.settings import PriorSettings
 from sciml.perturbation.uncertainty import EffectBands
 
 HEADLINE = ("pearson_delta", "pearson_delta_de", "mse", "mae", "energy", "mmd", "discrimination")
@@ -23,18 +23,18 @@ def model_card(name: str, cfg: dict, data: dict, metrics: dict, alpha: float, ch
     ``check``: :func:`sciml.perturbation.select.versus_additive` on val (stated, with the fallback it decided).
     """
     sizes = {k: len(v) for k, v in data["conditions"].items()}
-    flow = cfg["module"].get("flow") or {}
+    settings = PriorSettings.from_flow(cfg["module"].get("flow"))
     summary = ("Conditional flow-matching model (PAD-Transformer backbone) of single-cell perturbation response: "
                "generates perturbed cells from control cells for single and double gene perturbations over "
                f"{len(cfg['module']['genes'])} genes (log1p expression). Mean prior of a double: "
-               f"{_prior_text(flow)}. Generated values are projected onto x ≥ 0 (log1p of counts).")
+               f"{_prior_text(settings)}. Generated values are projected onto x ≥ 0 (log1p of counts).")
     if check is not None:
         verdict = (f"on the {check['n_val']} val conditions the model's mean MSE is {check['flow_mse']:.4g} against "
                    f"{check['additive_mse']:.4g} for the additive baseline" if check["n_val"] else "val is empty")
         if check["n_val"] and check["n_val"] < check.get("min_val", 0):
             verdict += (f"; fewer than {check['min_val']} val conditions are not evidence of beating it, so the "
                         "simpler model stands")
-        if flow.get("additive_fallback"):
+        if settings.additive_fallback:
             summary += (f"\n\n**This model does not beat the additive baseline on val** ({verdict}): it predicts "
                         "with the additive prior (`flow.additive_fallback: true`). The generated mean of a condition "
                         "is the additive baseline's: mean of the given control cells + the sum of the measured "
@@ -64,32 +64,31 @@ def model_card(name: str, cfg: dict, data: dict, metrics: dict, alpha: float, ch
                            metrics_title="Metrics on the test conditions (mean over conditions)")
 
 
-def _prior_text(flow: dict) -> str:
+def _prior_text(settings: PriorSettings) -> str:
     """One sentence part naming the prior mean of a double and its per-screen choices."""
-    prior = flow.get("prior", "additive")
-    if prior == "masking":
-        denoise = flow.get("denoise", 0.0)
+    if settings.prior == "masking":
+        denoise = settings.denoise
         how = {"eb": "by empirical-Bayes shrinkage of all singles under one prior (`flow.denoise: eb`, ash)",
                "eb_single": "by empirical-Bayes shrinkage with one prior per single (`flow.denoise: eb_single`, ash)",
                "eb_joint": "by estimating them jointly with the training doubles (GLS), then empirical-Bayes "
                            "shrinkage with one prior per single (`flow.denoise: eb_joint`, ash)"}
         how = how.get(denoise, f"with τ = {denoise}")
-        zero = "κ = 0 adds the shrunk singles" if denoise in EB_DENOISERS else "κ = τ = 0 is additive"
+        zero = "κ = 0 adds the shrunk singles" if settings.empirical_bayes else "κ = τ = 0 is additive"
         text = (f"masking (`flow.prior`: singles denoised {how}, the smaller same-sign "
-                f"single absorbed with κ = {flow.get('kappa', 0.0)}, chosen on the training + val doubles; {zero})")
-        if flow.get("closure") is True:
+                f"single absorbed with κ = {settings.kappa}, chosen on the training + val doubles; {zero})")
+        if settings.closed:
             text += ("; rescaled so that each cell's expected total over the genes is the controls' "
                      "(`flow.closure`: the data are normalised to a fixed total)")
-        if float(flow.get("blend", 1.0)) < 1.0:
-            w = float(flow["blend"])
+        if settings.blend < 1.0:
+            w = settings.blend
             text += (f"; averaged with the combination rule fitted on the training doubles, weights {w:g} and "
                      f"{1 - w:g} (`flow.blend`; the rule's weight over additive `flow.shrink` = "
-                     f"{flow.get('shrink', 1.0)}, chosen on val)")
-    elif prior == "combination":
-        text = f"combination (`flow.prior`, weight over additive `flow.shrink` = {flow.get('shrink', 1.0)})"
+                     f"{settings.shrink}, chosen on val)")
+    elif settings.prior == "combination":
+        text = f"combination (`flow.prior`, weight over additive `flow.shrink` = {settings.shrink})"
     else:
         text = "additive (`flow.prior`)"
-    if flow.get("exact_mean"):
+    if settings.exact_mean:
         text += "; the generated mean of a condition whose singles were all measured is exactly that prior mean"
     return text
 

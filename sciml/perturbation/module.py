@@ -4,9 +4,7 @@ Loss (scDFM): ``L = ‖v_θ(x_t, t | c) − u_t‖² + λ·MMD²(x̂_1, x_1)`` w
 :mod:`sciml.perturbation.nn.flow` and the one-step endpoint ``x̂_1 = x_t + (1 − t)·v_θ``; the MMD is computed
 per condition between the ``N`` endpoints and the ``N`` real perturbed cells and averaged. It is the ``mmd``
 metric's function (:func:`sciml.perturbation.distances.mmd2`: kernel averaged over the scales, median bandwidth).
-Checkpoints and artifacts written before the loss and the metric were one function summed the four kernels,
-so their recorded ``mmd_weight`` λ equals ``λ/4`` of this definition (0.5 ≙ 2.0). Sampling
-integrates ``dx/dt = v_θ`` from the path's start (noise or control cells) with Euler or RK4.
+Sampling integrates ``dx/dt = v_θ`` from the path's start (noise or control cells) with Euler or RK4.
 
 Batches follow the data-module contract: ``x_pert``, ``x_ctrl`` float32 ``(C, N, G)`` (log1p expression),
 ``pert_genes`` int64 ``(C, 2)`` (vocabulary indices, −1 padding), ``condition`` list of ``C`` names.
@@ -20,6 +18,7 @@ from torch import Tensor
 
 from sciml.perturbation.distances import mmd2
 from sciml.perturbation.model import FLOW_DEFAULTS, OPTIM_DEFAULTS, PerturbationModel
+from sciml.perturbation.settings import PriorSettings
 
 __all__ = ["FLOW_DEFAULTS", "OPTIM_DEFAULTS", "PerturbationFlow"]
 
@@ -41,9 +40,14 @@ class PerturbationFlow(PerturbationModel, L.LightningModule):
         self.save_hyperparameters()
 
     def set_flow(self, **values) -> None:
-        """Change flow settings after construction (saved with the checkpoint / artifact config)."""
+        """Change sampling settings after construction (saved with the checkpoint / artifact config)."""
         super().set_flow(**values)
         self.hparams["flow"] = dict(self.hparams.get("flow") or {}) | values
+
+    def set_prior(self, settings: PriorSettings | None = None, **changes) -> None:
+        """Replace the prior settings (saved with the checkpoint / artifact config)."""
+        super().set_prior(settings, **changes)
+        self.hparams["flow"] = dict(self.hparams.get("flow") or {}) | self.prior_settings.to_flow()
 
     def _subset(self, n_genes: int) -> Tensor | None:
         k = self.flow["max_genes"]

@@ -1,15 +1,26 @@
 """Run-config keys of the perturbation family (``sciml fit`` with ``task: perturbation``), with defaults and meanings.
 
-Torch-free: ``sciml fit --help`` and config errors read it before any heavy import. The defaults are the code's
-(``tests/integration/test_config_schema.py`` checks them against the constructors they document).
+Torch-free: ``sciml fit --help`` and config errors read it before any heavy import. The prior keys of
+``model.flow`` are the fields of :class:`~sciml.perturbation.settings.PriorSettings` (default, meaning, allowed
+values stated there once); :func:`derive` checks their combinations when the config is read, before any data.
 """
 
 from __future__ import annotations
 
-from sciml.core.schema import Key, Section, split_section
+import dataclasses
+
+from sciml.core.schema import ConfigError, Key, Section, split_section
+from sciml.perturbation.settings import PriorSettings
 
 DATA_HINT = "simulate one with `sciml data grn --config configs/data/grn_default.yaml --output PATH`"
 """How to get data when ``data.path`` does not exist."""
+
+
+def prior_keys() -> dict[str, Key]:
+    """The ``model.flow`` keys of :class:`PriorSettings`: its defaults, meanings, kinds and choices."""
+    return {f.name: Key(f.default, f.metadata["help"], f.metadata["kind"], f.metadata["choices"])
+            for f in dataclasses.fields(PriorSettings)}
+
 
 SCHEMA = {
     "data": Section({
@@ -46,23 +57,20 @@ SCHEMA = {
             "steps": Key(20, "sampling steps"), "method": Key("rk4", "ODE solver", "str", ("euler", "rk4")),
             "val_steps": Key(4, "Euler steps of the validation metric"),
             "max_genes": Key(None, "random gene subset per step (null: all)", "int"),
-            "prior_dropout": Key(0.2, "chance to hide a known single effect"),
-            "additive_skip": Key(True, "add the additive effect to the velocity"),
-            "prior": Key("additive", "prior mean of a double", "str", ("additive", "combination", "masking")),
             "combination_hidden": Key(32, "width of the combination rule"),
-            "remainder_mean": Key(1.0, "shrinkage w of the network's mean velocity"),
-            "shrink": Key(1.0, "weight of the combination rule over additive (auto: chosen on val)", "any"),
-            "kappa": Key(0.0, "masking prior: share of the smaller same-sign single absorbed (auto: chosen)", "any"),
-            "denoise": Key(0.0, "masking prior: James-Stein τ on singles (auto: chosen), eb / eb_single / "
-                                "eb_joint: empirical Bayes", "any"),
-            "blend": Key(1.0, "masking prior: its weight against the combination rule (1: masking alone)"),
-            "own_genes": Key("rule", "perturbed genes' own columns of a double", "str", ("rule", "additive")),
-            "closure": Key(False, "masking prior rescaled to the controls' total per cell (auto: when closed)", "any"),
             "nonnegative": Key(True, "project generated cells onto x >= 0"),
-            "exact_mean": Key(False, "generated mean = prior mean where every single is known"),
-            "additive_fallback": Key(False, "generated mean = additive prior (set at export when not better on val)")}),
+            **prior_keys()}),
         "optim": Section({"lr": Key(1e-3, "AdamW learning rate"), "weight_decay": Key(1e-4, "AdamW weight decay"),
                           "scheduler": Key("cosine", "schedule", "str", ("cosine", "none"))}),
         "effect_prior": Key(True, "condition on measured single effects"),
     }),
 }
+
+
+def derive(cfg: dict) -> dict:
+    """The checked config, its prior settings checked together (:class:`PriorSettings`: ranges, combinations)."""
+    try:
+        PriorSettings.from_flow((cfg.get("model") or {}).get("flow"))
+    except ConfigError as err:
+        raise ConfigError(f"config: model.{err}") from None
+    return cfg

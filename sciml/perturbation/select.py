@@ -1,21 +1,24 @@
-r"""Choices made on held-out conditions that are not test: the rule's shrinkage towards additive, and the fallback.
+r"""Choices made on held-out conditions that are not test: the prior's ``auto`` settings, and the additive fallback.
 
-* :func:`choose_shrink` (when the model is built, ``flow.shrink: auto``): the prior mean of a double of known singles
-  is ``Δa + Δb + λ·(rule − Δa − Δb)``; ``λ`` is the grid value with the smallest mean squared error of that prior
-  mean over the **val** doubles plus the training doubles predicted by the rule refitted without them (``folds``-fold
+Every choice scores candidate :class:`~sciml.perturbation.settings.PriorSettings` on a
+:class:`~sciml.perturbation.screen.Screen` (what the data measured, read once) through the pure
+:func:`~sciml.perturbation.prior.prior_mean`, and returns the chosen settings; nothing is set on a model.
+:func:`resolve` runs them in order when the model is built.
+
+* :func:`choose_shrink` (``flow.shrink: auto``): the prior mean of a double of known singles is
+  ``Δa + Δb + λ·(rule − Δa − Δb)``; ``λ`` is the grid value with the smallest mean squared error of that prior mean
+  over the **val** doubles plus the training doubles predicted by the rule refitted without them (``folds``-fold
   cross-fitting), so a screen where the rule does not generalise gets ``λ = 0``, the additive prior. Ties go to
   the smaller ``λ``. Test conditions are never read.
-* :func:`choose_masking` (when the model is built, ``flow.prior: masking`` with ``flow.kappa`` / ``flow.denoise``
-  ``auto``): the masking weight ``κ`` and the denoising threshold ``τ`` of
-  :func:`~sciml.perturbation.nn.masking.masking_prior` (or only ``κ`` when ``flow.denoise`` is fixed, e.g.
-  ``eb`` / ``eb_single``: empirical-Bayes shrinkage of the singles, :mod:`sciml.perturbation.nn.shrinkage`), the
-  grid pair with the smallest mean squared error of the prior mean (clipped at 0) over the **training and val**
-  doubles. Under ``flow.denoise: eb_joint`` the singles are fitted with the training doubles
-  (:func:`fit_joint`), so a training double is scored only by singles refitted without it (:data:`JOINT_FOLDS`
-  folds, as in :func:`choose_shrink`), val by the singles of all training doubles. Two scalars per screen: on the
-  nine simulator cases of ``benchmarks/perturbation.py``, choosing them on the training doubles without one fold (or
-  without val) and scoring the left-out fold and val gives 0.62× the additive MSE, against 0.67× for the shrunk
-  combination rule (``benchmarks/perturbation_prior.py``). Ties go to the smaller values (towards additive).
+* :func:`choose_masking` (``flow.prior: masking`` with ``flow.kappa`` / ``flow.denoise`` ``auto``): the masking
+  weight ``κ`` and the denoising threshold ``τ`` of :func:`~sciml.perturbation.nn.masking.masking_prior` (or only
+  ``κ`` when ``flow.denoise`` names an empirical-Bayes shrinkage, :mod:`sciml.perturbation.nn.shrinkage`), the grid
+  pair with the smallest mean squared error of the prior mean (clipped at 0) over the **training and val** doubles.
+  Under ``flow.denoise: eb_joint`` the singles are fitted with the training doubles (:func:`fit_joint`), so a
+  training double is scored only by singles refitted without it (:data:`JOINT_FOLDS` folds, as in
+  :func:`choose_shrink`), val by the singles of all training doubles. Ties go to the smaller values (towards
+  additive). Two scalars per screen; how the priors compare on held-out folds: docs/benchmarks.md
+  (``benchmarks/perturbation_prior.py``).
 * :func:`versus_additive` / :func:`apply_fallback` (at export, and in the benchmark the same way): the flow model's
   generated mean against the additive baseline on the **val** conditions; when the model is not better, or val holds
   fewer than :data:`MIN_VAL_CONDITIONS` conditions (one or two held-out conditions are not evidence that a
@@ -28,11 +31,18 @@ r"""Choices made on held-out conditions that are not test: the rule's shrinkage 
 from __future__ import annotations
 
 import copy
+import logging
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from sciml.perturbation.nn.shrinkage import EB_DENOISERS, JOINT_DENOISER
+from sciml.perturbation.nn.joint import joint_singles
+from sciml.perturbation.prior import PriorTables, Singles, condition_singles, own_columns, prior_mean, shrunk_table
+from sciml.perturbation.screen import Doubles, Screen
+from sciml.perturbation.settings import AUTO, JOINT, PriorSettings
+
+log = logging.getLogger(__name__)
 
 SHRINK_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
 KAPPA_GRID = tuple(i / 10 for i in range(11))
@@ -41,46 +51,92 @@ JOINT_FOLDS = 5  # flow.denoise eb_joint: κ scored on val and on training folds
 MIN_VAL_CONDITIONS = 3  # fewer val conditions than this: the model does not claim to beat additive
 
 
-def _delta(dm, key: str) -> torch.Tensor:
-    return torch.as_tensor(dm.cells(key).mean(0) - dm.control_matrix(key).mean(0), dtype=torch.float32)
+@dataclass(frozen=True)
+class Choice:
+    """A choice of settings and its evidence.
+
+    Attributes
+    ----------
+    settings : PriorSettings
+        The settings given, with the chosen values.
+    mse : dict
+        The criterion per candidate (``"λ"`` or ``"κ,τ"`` as text).
+    n : int or dict
+        Doubles behind it (:func:`choose_shrink`: ``{"val", "train"}``; :func:`choose_masking`: training + val).
+
+    """
+
+    settings: PriorSettings
+    mse: dict[str, float]
+    n: int | dict[str, int]
 
 
-def double_keys(model, dm, split: str) -> list[str]:
-    """The split's doubles whose two singles the model knows."""
-    return [key for key in dm.conditions[split]
-            if len(dm.perturbation(key)) == 2 and all(bool(model.has_effect[i]) for i in dm.encode(key))]
+@dataclass(frozen=True)
+class Resolved:
+    """What a screen decides about the prior.
+
+    Attributes
+    ----------
+    settings : PriorSettings
+        The settings with every ``auto`` value chosen.
+    joint : tuple of Tensor or None
+        ``(V, G)`` effects and squared standard errors of the singles fitted jointly with every training double
+        (:func:`fit_joint`; ``denoise: eb_joint`` of the masking prior), else ``None``.
+
+    """
+
+    settings: PriorSettings
+    joint: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
-def _doubles(model, dm, split: str) -> list[tuple[int, int, torch.Tensor]]:
-    """``(a, b, Δ_ab)`` of the split's doubles whose two singles the model knows."""
-    return [(*dm.encode(key), _delta(dm, key)) for key in double_keys(model, dm, split)]
+def resolve(settings: PriorSettings, screen: Screen, rule=None, seed: int = 0) -> Resolved:
+    """``settings`` with every ``auto`` value chosen on ``screen`` (``λ``, then the closure, then ``κ``, ``τ``).
+
+    ``rule``: the fitted :class:`~sciml.perturbation.nn.combination.CombinationRule` (``None``: none).
+    ``flow.closure`` ``auto`` is on for closed data; ``true`` on data that are not closed is a ``ValueError``.
+    Under ``denoise: eb_joint`` the joint singles of every training double come with the settings. The choices
+    are logged.
+    """
+    if settings.shrink == AUTO:
+        choice = choose_shrink(settings, screen, rule, seed=seed)
+        settings = choice.settings
+        log.info("flow.shrink auto: %s (prior-mean MSE per value %s over %s doubles)", settings.shrink,
+                 {k: round(v, 5) for k, v in choice.mse.items()}, choice.n)
+    if settings.prior == "masking" and settings.closure is not False:
+        if screen.closure is None and settings.closure is True:
+            raise ValueError("config model.flow.closure is true, but the control cells of the data are not closed "
+                             "(one cell type, the same sum of expm1(x) in every cell); set closure: auto or false")
+        settings = settings.replace(closure=screen.closure is not None)
+        log.info("flow.closure: %s", "on (closed data)" if settings.closed else "off (data not closed)")
+    if settings.prior == "masking" and AUTO in (settings.kappa, settings.denoise):
+        choice = choose_masking(settings, screen, seed=seed)
+        settings = choice.settings
+        log.info("flow.prior masking: kappa %s, denoise %s (chosen on %d training + val doubles)", settings.kappa,
+                 settings.denoise, choice.n)
+    joint = None
+    if settings.prior == "masking" and settings.denoise == JOINT:
+        joint = fit_joint(screen.singles, screen.doubles["train"])
+    return Resolved(settings, joint)
 
 
-def observed(dm, keys: list[str]) -> dict:
-    """``pert`` ``(D, 2)``, control mean ``mu0`` and observed mean ``target`` ``(D, G)`` of the conditions ``keys``."""
-    return {"pert": torch.tensor([dm.encode(k) for k in keys]).reshape(-1, 2),
-            "mu0": torch.as_tensor(np.stack([dm.control_matrix(k).mean(0) for k in keys]), dtype=torch.float32),
-            "target": torch.as_tensor(np.stack([dm.cells(k).mean(0) for k in keys]), dtype=torch.float32)}
-
-
-def prior_errors(model, obs: dict) -> torch.Tensor:
-    """Per-condition MSE ``(D,)`` of the prior mean (control mean + prior, clipped at 0) on :func:`observed` ``obs``."""
+def prior_errors(singles: Singles, settings: PriorSettings, tables: PriorTables, doubles: Doubles) -> torch.Tensor:
+    """Per-double MSE ``(D,)`` of the prior mean (control mean + prior, clipped at 0) of ``doubles``."""
+    d, known = condition_singles(doubles.pert, singles.effect, singles.known)
     with torch.no_grad():
-        pred = (obs["mu0"] + model.prior_mean(obs["pert"])).clamp_min(0.0)
-    return (pred - obs["target"]).pow(2).mean(-1)
+        pred = (doubles.mu0 + prior_mean(d, known, doubles.pert, settings, tables)).clamp_min(0.0)
+    return (pred - doubles.target).pow(2).mean(-1)
 
 
-def _rule(rule, model, rows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Additive, rule prediction, target ``(D, G)`` and own-column mask of ``rows``."""
-    a = torch.tensor([r[0] for r in rows])
-    b = torch.tensor([r[1] for r in rows])
-    da, db = model.single_effect[a], model.single_effect[b]
+def _rule(rule, singles: Singles, ctrl_mean: torch.Tensor, own_genes: str, doubles: Doubles):
+    """Additive, rule prediction, target ``(D, G)`` and own-column mask of ``doubles``."""
+    a, b = doubles.pert[:, 0], doubles.pert[:, 1]
+    da, db = singles.effect[a], singles.effect[b]
     with torch.no_grad():
-        pred = rule(da, db, model.ctrl_mean)
+        pred = rule(da, db, ctrl_mean)
     own = torch.zeros_like(da, dtype=torch.bool)
-    if model.flow["own_genes"] == "additive":
-        own = model._own_columns(torch.stack([a, b], 1), da.shape[-1])
-    return da + db, torch.where(own, da + db, pred), torch.stack([r[2] for r in rows]), own
+    if own_genes == "additive":
+        own = own_columns(doubles.pert, da.shape[-1])
+    return da + db, torch.where(own, da + db, pred), doubles.delta, own
 
 
 def _folds(n: int, folds: int, seed: int) -> list[set[int]]:
@@ -89,108 +145,102 @@ def _folds(n: int, folds: int, seed: int) -> list[set[int]]:
     return [{int(i) for i in order[k::folds]} for k in range(min(folds, n))]
 
 
-def choose_shrink(model, dm, grid: tuple[float, ...] = SHRINK_GRID, folds: int = 5, seed: int = 0) -> dict:
-    """Choose ``λ`` (see the module docstring) for a model whose rule is fitted; returns ``{"shrink", "mse", "n"}``.
+def _split(doubles: Doubles, fold: set[int]) -> tuple[Doubles, Doubles]:
+    """The doubles of ``fold`` (held out) and the others."""
+    return (doubles.take(sorted(fold)), doubles.take([i for i in range(len(doubles)) if i not in fold]))
+
+
+def choose_shrink(settings: PriorSettings, screen: Screen, rule, grid: tuple[float, ...] = SHRINK_GRID,
+                  folds: int = 5, seed: int = 0) -> Choice:
+    """Choose ``λ`` (module docstring) for the fitted combination ``rule``; the settings with ``shrink`` set.
 
     ``mse``: the criterion per grid value; ``n``: doubles behind it (val, cross-fitted training). Without a rule
-    or without any usable double, ``λ = 0``.
+    or without any usable double, ``λ = 0``. The rule is refitted on copies only.
     """
-    if model.combination is None:
-        return {"shrink": 0.0, "mse": {}, "n": {"val": 0, "train": 0}}
-    val = _doubles(model, dm, "val")
-    train = _doubles(model, dm, "train")
+    none = Choice(settings.replace(shrink=0.0), {}, {"val": 0, "train": 0})
+    if rule is None:
+        return none
+    singles, val, train = screen.singles, screen.doubles["val"], screen.doubles["train"]
     parts = []
-    if val:
-        parts.append(_rule(model.combination, model, val))
+    if len(val):
+        parts.append(_rule(rule, singles, screen.ctrl_mean, settings.own_genes, val))
     if len(train) >= 2:
         for fold in _folds(len(train), folds, seed):
-            held = [train[i] for i in sorted(fold)]
-            rest = [r for i, r in enumerate(train) if i not in fold]
-            rule = copy.deepcopy(model.combination).requires_grad_(True)
-            rule.fit(model.single_effect[[r[0] for r in rest]], model.single_effect[[r[1] for r in rest]],
-                     model.ctrl_mean, torch.stack([r[2] for r in rest]), seed=seed)
-            parts.append(_rule(rule.requires_grad_(False), model, held))
+            held, rest = _split(train, fold)
+            refit = copy.deepcopy(rule).requires_grad_(True)
+            refit.fit(singles.effect[rest.pert[:, 0]], singles.effect[rest.pert[:, 1]], screen.ctrl_mean, rest.delta,
+                      seed=seed)
+            parts.append(_rule(refit.requires_grad_(False), singles, screen.ctrl_mean, settings.own_genes, held))
     if not parts:
-        return {"shrink": 0.0, "mse": {}, "n": {"val": 0, "train": 0}}
-    add, rule, target = (torch.cat([p[i] for p in parts]) for i in range(3))
-    mse = {float(lam): float((add + lam * (rule - add) - target).pow(2).mean()) for lam in grid}
+        return none
+    add, pred, target = (torch.cat([p[i] for p in parts]) for i in range(3))
+    mse = {float(lam): float((add + lam * (pred - add) - target).pow(2).mean()) for lam in grid}
     best = min(mse, key=lambda lam: (round(mse[lam], 12), lam))
-    return {"shrink": best, "mse": mse, "n": {"val": len(val), "train": len(train) if len(train) >= 2 else 0}}
+    return Choice(settings.replace(shrink=best), {str(k): v for k, v in mse.items()},
+                  {"val": len(val), "train": len(train) if len(train) >= 2 else 0})
 
 
-def choose_masking(model, dm, kappas: tuple[float, ...] = KAPPA_GRID,
-                   taus: tuple[float, ...] = DENOISE_GRID, seed: int = 0) -> dict:
-    """Choose ``flow.kappa`` and ``flow.denoise`` where they are ``"auto"`` (module docstring); set and return them.
+def masking_tables(settings: PriorSettings, screen: Screen, fitted: Doubles) -> PriorTables:
+    """The tables of the masking prior under ``settings``; ``eb_joint``: singles fitted with the doubles ``fitted``."""
+    singles, shrunk = screen.singles, None
+    if settings.empirical_bayes:
+        effect, var = fit_joint(singles, fitted) if settings.denoise == JOINT else (singles.effect, singles.var)
+        shrunk = shrunk_table(effect, var, singles.known, settings.denoise)
+    return PriorTables(var=singles.var, shrunk=shrunk, closure=screen.closure if settings.closed else None)
 
-    Returns ``{"kappa", "denoise", "mse": {"kappa,tau": value}, "n"}`` (``n``: training + val doubles used). A value
-    that is not ``"auto"`` stays fixed; without a usable double both auto values become 0 (additive). Under
-    ``flow.blend`` they are chosen for the masking prior alone (blend off while choosing, then restored).
+
+def choose_masking(settings: PriorSettings, screen: Screen, kappas: tuple[float, ...] = KAPPA_GRID,
+                   taus: tuple[float, ...] = DENOISE_GRID, seed: int = 0) -> Choice:
+    """Choose ``flow.kappa`` and ``flow.denoise`` where they are ``"auto"`` (module docstring).
+
+    Returns the settings with both set, ``mse`` per ``"κ,τ"`` and ``n`` (training + val doubles used). A value that
+    is not ``"auto"`` stays fixed; without a usable double both auto values become 0 (additive). They are chosen
+    for the masking prior alone (``flow.blend`` 1 while scoring). Under ``eb_joint`` a training double is scored
+    only by singles fitted without it (:data:`JOINT_FOLDS` folds), val by those of every training double.
     """
-    blend = model.flow.get("blend", 1.0)
-    model.set_flow(blend=1.0)
-    try:
-        return _choose_masking(model, dm, kappas, taus, seed)
-    finally:
-        model.set_flow(blend=blend)
-
-
-def _choose_masking(model, dm, kappas: tuple[float, ...], taus: tuple[float, ...], seed: int) -> dict:
-    """:func:`choose_masking` with ``flow.blend`` off."""
-    fixed = {k: model.flow[k] for k in ("kappa", "denoise")}
-    grid = {"kappa": kappas if fixed["kappa"] == "auto" else (float(fixed["kappa"]),),
-            "denoise": taus if fixed["denoise"] == "auto" else (_denoise_value(fixed["denoise"]),)}
-    train, val = double_keys(model, dm, "train"), double_keys(model, dm, "val")
+    base = settings.replace(blend=1.0)
+    grid = {"kappa": kappas if settings.kappa == AUTO else (settings.kappa,),
+            "denoise": taus if settings.denoise == AUTO else (settings.denoise,)}
+    train, val = screen.doubles["train"], screen.doubles["val"]
     parts = [(train + val, train)]  # (scored doubles, doubles the singles are fitted with)
-    if fixed["denoise"] == JOINT_DENOISER and train:  # cross-fitted: no double scores singles fitted on it
-        parts = [(val, train)] if val else []
+    if settings.denoise == JOINT and len(train):  # cross-fitted: no double scores singles fitted on it
+        parts = [(val, train)] if len(val) else []
         for fold in _folds(len(train), JOINT_FOLDS, seed):
-            parts.append(([train[i] for i in sorted(fold)], [key for i, key in enumerate(train) if i not in fold]))
+            held, rest = _split(train, fold)
+            parts.append((held, rest))
     errors = {(kappa, tau): [] for kappa in grid["kappa"] for tau in grid["denoise"]}
-    for scored, fitted in [p for p in parts if p[0]]:
-        if fixed["denoise"] == JOINT_DENOISER:
-            fit_joint(model, dm, fitted)
-        obs = observed(dm, scored)
+    for scored, fitted in [p for p in parts if len(p[0])]:
+        tables = masking_tables(base.replace(denoise=grid["denoise"][0]), screen, fitted)
         for kappa, tau in errors:
-            model.set_flow(kappa=kappa, denoise=tau)
-            errors[(kappa, tau)].append(prior_errors(model, obs))
-    if fixed["denoise"] == JOINT_DENOISER:
-        fit_joint(model, dm, train)
+            errors[(kappa, tau)].append(prior_errors(screen.singles, base.replace(kappa=kappa, denoise=tau),
+                                                     tables, scored))
     mse = {k: float(torch.cat(e).mean()) for k, e in errors.items() if e}
     if mse:
         best = min(mse, key=lambda k: (round(mse[k], 12), k))
     else:
-        best = (0.0 if fixed["kappa"] == "auto" else float(fixed["kappa"]),
-                0.0 if fixed["denoise"] == "auto" else _denoise_value(fixed["denoise"]))
-    model.set_flow(kappa=best[0], denoise=best[1])
-    return {"kappa": best[0], "denoise": best[1], "mse": {f"{k},{t}": v for (k, t), v in mse.items()},
-            "n": len(train) + len(val)}
+        best = (0.0 if settings.kappa == AUTO else settings.kappa,
+                0.0 if settings.denoise == AUTO else settings.denoise)
+    return Choice(settings.replace(kappa=best[0], denoise=best[1]), {f"{k},{t}": v for (k, t), v in mse.items()},
+                  len(train) + len(val))
 
 
-def fit_joint(model, dm, keys: list[str]) -> None:
-    """Set ``model``'s joint singles (:mod:`sciml.perturbation.nn.joint`) from its singles and the doubles ``keys``.
+def fit_joint(singles: Singles, doubles: Doubles) -> tuple[torch.Tensor, torch.Tensor]:
+    """Singles estimated jointly with ``doubles`` (:mod:`sciml.perturbation.nn.joint`): ``(V, G)`` effects, variances.
 
-    Each double's effect against its own controls, with squared standard error ``var(cells)/n + var(ctrl)/n_ctrl``
-    (as for the singles, :func:`sciml.perturbation.task.training_single_variances`).
+    Each double's effect against its own controls, with its squared standard error; rows of unknown singles stay
+    as measured (0). Without doubles: the measured singles.
     """
-    from sciml.perturbation.nn.joint import joint_singles
-    from sciml.perturbation.task import _mean_variance
-
-    known = torch.nonzero(model.has_effect).flatten()
-    if not keys:  # no double: the measured singles
-        model.set_joint_singles(model.single_effect[known], model.single_var[known])
-        return
+    effect, var = singles.effect.clone(), singles.var.clone()
+    if not len(doubles):
+        return effect, var
+    known = torch.nonzero(singles.known).flatten()
     row = {int(i): j for j, i in enumerate(known)}
-    obs = observed(dm, keys)
-    pairs = torch.tensor([[row[int(a)], row[int(b)]] for a, b in obs["pert"]], dtype=torch.long).reshape(-1, 2)
-    var = np.stack([_mean_variance(dm.cells(k)) + _mean_variance(dm.control_matrix(k)) for k in keys])
-    effect, joint_var = joint_singles(model.single_effect[known], model.single_var[known], pairs,
-                                      obs["target"] - obs["mu0"], torch.as_tensor(var, dtype=torch.float32))
-    model.set_joint_singles(effect, joint_var)
-
-
-def _denoise_value(value) -> float | str:
-    """A fixed ``flow.denoise``: τ as a float, or a name of :data:`EB_DENOISERS` (empirical-Bayes shrinkage)."""
-    return value if value in EB_DENOISERS else float(value)
+    pairs = torch.tensor([[row[int(a)], row[int(b)]] for a, b in doubles.pert], dtype=torch.long).reshape(-1, 2)
+    fitted, fitted_var = joint_singles(singles.effect[known], singles.var[known], pairs,
+                                       doubles.target - doubles.mu0, doubles.var)
+    effect[singles.known] = fitted.to(effect)
+    var[singles.known] = fitted_var.to(var)
+    return effect, var
 
 
 def versus_additive(module, dm, n_cells: int = 128, seed: int = 0, steps: int | None = None,
@@ -228,7 +278,7 @@ def apply_fallback(module, check: dict, dm=None) -> bool:
     Returns whether the fallback is on.
     """
     fallback = not check["beats_additive"]
-    module.set_flow(additive_fallback=fallback)
+    module.set_prior(additive_fallback=fallback)
     if fallback and dm is not None:
         from sciml.perturbation.baselines.simple import Additive
 

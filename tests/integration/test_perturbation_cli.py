@@ -50,7 +50,7 @@ def test_export_writes_a_perturbation_artifact(artifact):
     assert predictor.bands is not None and predictor.bands.alpha == 0.5
     assert "Conditional flow-matching" in (out / "README.md").read_text()
     m = predictor.module  # the recipe's joint singles travel in the artifact (fitted with the training doubles)
-    assert m.flow["denoise"] == "eb_joint" and "eb_joint" in (out / "README.md").read_text()
+    assert m.prior_settings.denoise == "eb_joint" and "eb_joint" in (out / "README.md").read_text()
     known = m.has_effect
     assert not torch.allclose(m.joint_effect[known], m.single_effect[known])
 

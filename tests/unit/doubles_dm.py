@@ -1,8 +1,11 @@
-"""A stand-in for the data-module surface that the prior choices read (``choose_shrink``, ``choose_masking``)."""
+"""A stand-in for the data-module surface that a screen is read from, and the screen of a test model."""
 
 from __future__ import annotations
 
 import torch
+
+from sciml.perturbation.prior import Singles
+from sciml.perturbation.screen import Screen, double_keys, read_doubles
 
 
 class DoublesDM:
@@ -22,3 +25,12 @@ class DoublesDM:
 
     def control_matrix(self, key=None):
         return torch.full((1, self.n_genes), self.ctrl).numpy()
+
+
+def screen_of(model, dm) -> Screen:
+    """The :class:`~sciml.perturbation.screen.Screen` of ``model``'s singles and the doubles of ``dm``."""
+    var = model.single_var if hasattr(model, "single_var") else torch.zeros_like(model.single_effect)
+    singles = Singles(model.single_effect.clone(), var.clone(), model.has_effect.clone())
+    doubles = {split: read_doubles(dm, double_keys(dm, singles.known, split)) for split in ("train", "val")}
+    ctrl_mean = model.ctrl_mean if hasattr(model, "ctrl_mean") else torch.zeros(dm.n_genes)
+    return Screen(singles, doubles, [], ctrl_mean, None, [])

@@ -10,7 +10,9 @@ import torch
 from sciml.perturbation.data.table import make_key
 from sciml.perturbation.module import PerturbationFlow
 from sciml.perturbation.nn.masking import close, closure_terms
-from sciml.perturbation.task import set_closure
+from sciml.perturbation.screen import Screen, data_closure
+from sciml.perturbation.select import resolve
+from sciml.perturbation.settings import PriorSettings
 
 G, V, TOTAL = 8, 10, 1e4
 
@@ -75,19 +77,19 @@ def test_prior_mean_closes_doubles_only_and_not_under_the_fallback():
     open_mean = m.prior_mean(pert)
     terms = closure_terms(_controls())
     m.set_closure(terms)
-    assert m.flow["closure"] is True and m.config["flow"]["closure"] is True
+    assert m.prior_settings.closure is True and m.config["flow"]["closure"] is True
     mean = m.prior_mean(pert)
     torch.testing.assert_close(mean[0], close(open_mean[0], terms))  # additive (κ = τ = 0) and closed
     torch.testing.assert_close(mean[1:], open_mean[1:])
     torch.testing.assert_close(m.prior_mean(pert, torch.tensor([1, 5]))[0], mean[0, [1, 5]])  # gene subset
-    m.set_flow(additive_fallback=True)
+    m.set_prior(additive_fallback=True)
     torch.testing.assert_close(m.prior_mean(pert)[0], open_mean[0])  # the fallback is the additive baseline
     m.set_closure(None)
-    assert m.flow["closure"] is False and not m.closure.any()
+    assert m.prior_settings.closure is False and not m.closure.any()
 
 
 class _Controls:
-    """Data-module surface read by :func:`set_closure`: conditions and control cells."""
+    """Data-module surface read by :func:`data_closure`: conditions and control cells."""
 
     def __init__(self, x: torch.Tensor, cell_types=("",)) -> None:
         self.x = x.numpy()
@@ -97,18 +99,20 @@ class _Controls:
         return self.x
 
 
-def test_set_closure_resolves_auto_and_names_the_fix_when_required_but_not_closed():
-    m = _model(closure="auto")
-    set_closure(m, _Controls(_controls()))
-    assert m.flow["closure"] is True
-    m = _model(closure="auto")
-    set_closure(m, _Controls(_controls(closed=False)))
-    assert m.flow["closure"] is False
-    m = _model(closure="auto")
-    set_closure(m, _Controls(_controls(), cell_types=("A172", "T98G")))  # one control mean per cell type: off
-    assert m.flow["closure"] is False
+def _screen(dm: _Controls) -> Screen:
+    """A screen of no singles or doubles with the closure terms of ``dm`` (what resolving the closure reads)."""
+    return Screen(singles=None, doubles={}, rule_doubles=[], ctrl_mean=None, closure=data_closure(dm),
+                  perturbed_genes=[])
+
+
+def test_resolve_sets_closure_auto_on_closed_data_and_names_the_fix_when_required_but_not_closed():
+    auto = PriorSettings(prior="masking", closure="auto")
+    assert resolve(auto, _screen(_Controls(_controls()))).settings.closure is True
+    assert resolve(auto, _screen(_Controls(_controls(closed=False)))).settings.closure is False
+    # one control mean per cell type: off
+    assert resolve(auto, _screen(_Controls(_controls(), cell_types=("A172", "T98G")))).settings.closure is False
     with pytest.raises(ValueError, match="closure is true.*closure: auto or false"):
-        set_closure(_model(closure=True), _Controls(_controls(closed=False)))
+        resolve(auto.replace(closure=True), _screen(_Controls(_controls(closed=False))))
     with pytest.raises(ValueError, match="flow.closure is 'yes'"):
         _model(closure="yes")
 
@@ -125,6 +129,6 @@ def test_a_state_saved_before_the_closure_buffer_loads_with_the_closure_off():
 def test_the_model_card_names_the_closure_only_when_it_is_on():
     from sciml.perturbation.export import _prior_text
 
-    flow = {"prior": "masking", "kappa": 0.5, "denoise": 1.0}
-    assert "flow.closure" in _prior_text(flow | {"closure": True})
-    assert "flow.closure" not in _prior_text(flow | {"closure": False})
+    settings = PriorSettings(prior="masking", kappa=0.5, denoise=1.0)
+    assert "flow.closure" in _prior_text(settings.replace(closure=True))
+    assert "flow.closure" not in _prior_text(settings.replace(closure=False))

@@ -1,9 +1,9 @@
 """The additive fallback is exact: a fallen-back flow model's generated mean is the additive baseline's prediction.
 
-Issue 14: "where the model does not beat additive on val, the exported model ... predicts with the additive prior".
-The generated cells are the network's, moved to the nearest non-negative population with the baseline's mean, so
-the mean profile matches that baseline to float precision (not only to the sampling error ``sd/√n`` of ``n``
-generated cells, which is what a shift of the drawn control cells alone would give).
+Where the model does not beat additive on val, the exported model predicts with the additive prior. The generated
+cells are the network's, moved to the nearest non-negative population with the baseline's mean, so the mean profile
+matches that baseline to float precision (not only to the sampling error ``sd/√n`` of ``n`` generated cells, which
+is what a shift of the drawn control cells alone would give).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from sciml.perturbation.data.datamodule import PerturbationDataModule  # noqa: E
 from sciml.perturbation.evaluate import split_predictions  # noqa: E402
 from sciml.perturbation.module import PerturbationFlow  # noqa: E402
 from sciml.perturbation.nn import project_mean  # noqa: E402
+from sciml.perturbation.screen import read_screen, single_effects  # noqa: E402
 from sciml.perturbation.select import apply_fallback  # noqa: E402
 from sciml.perturbation.sim.toy import toy_adata  # noqa: E402
-from sciml.perturbation.task import training_perturbed_genes, training_single_effects  # noqa: E402
 
 N_CELLS = 64
 
@@ -87,10 +87,11 @@ def dm(request, tmp_path_factory):
 
 def _fallen_back(dm) -> PerturbationFlow:
     torch.manual_seed(0)
+    screen = read_screen(dm)
     m = PerturbationFlow({"dim": 16, "depth": 1, "heads": 2}, list(dm.perturbation_genes), n_measured=len(dm.genes),
-                         perturbed_genes=training_perturbed_genes(dm), flow={"steps": 3, "method": "euler"})
+                         perturbed_genes=screen.perturbed_genes, flow={"steps": 3, "method": "euler"})
     m.net.set_graph(dm.gene_graph)
-    m.set_single_effects(training_single_effects(dm))
+    m.set_single_effects(single_effects(dm))
     gen = torch.Generator().manual_seed(3)
     with torch.no_grad():  # a network that moves cells (the zero-initialised head would not)
         for p in m.net.parameters():
@@ -125,7 +126,7 @@ def test_without_the_projection_the_mean_drifts_from_additive(dm):
     key = dm.conditions["test"][0]
     ctrl = torch.as_tensor(dm.control_matrix(key)[:N_CELLS], dtype=torch.float32)[None]
     pert = torch.as_tensor([dm.encode(key)])
-    m.set_flow(additive_fallback=False, remainder_mean=0.0)  # mean removed from the network, prior additive, clamp
+    m.set_prior(additive_fallback=False, remainder_mean=0.0)  # mean removed from the network, prior additive, clamp
     drifted = m.sample(ctrl, pert).mean(1)[0].numpy()
     assert np.abs(drifted - np.maximum(additive.predict_mean(key), 0)).max() > 1e-3
 
@@ -145,7 +146,7 @@ def test_a_gene_measured_in_several_cell_types_counts_with_its_mean_effect(tmp_p
                                 knn=4, cell_type_key="cell_type")
     dm.setup()
     additive = Additive().fit(dm)
-    table = training_single_effects(dm)
+    table = single_effects(dm)
     for gene in ("g00", "g03"):
         per_line = [additive.train_delta[k] for k in additive.train_delta if dm.perturbation(k) == (gene,)]
         assert len(per_line) == 2 and np.abs(per_line[0] - per_line[1]).max() > 0.1  # the lines differ

@@ -17,6 +17,7 @@ from sciml.perturbation.nn.joint import interaction_variance, joint_singles
 from sciml.perturbation.nn.masking import masking
 from sciml.perturbation.nn.shrinkage import ash_by_row
 
+from .doubles_dm import screen_of
 from .test_perturbation_masking import _screen
 
 PAIRS = torch.tensor(list(itertools.combinations(range(6), 2)))  # all 15 doubles of 6 singles
@@ -82,15 +83,17 @@ def test_bad_shapes_are_refused():
 
 
 def test_the_model_shrinks_the_joint_singles_and_old_states_load():
-    from sciml.perturbation.select import double_keys, fit_joint
+    from sciml.perturbation.select import fit_joint
 
     m, dm = _screen(lambda a, b: a + b, noise=0.3)
-    m.set_flow(kappa=0.0, denoise="eb_joint")
+    m.set_prior(kappa=0.0, denoise="eb_joint")
     known = m.has_effect
     single = ash_by_row(m.single_effect[known], m.single_var[known])
     torch.testing.assert_close(m.shrunk_singles()[known], single)  # no doubles fitted yet: eb_single
-    fit_joint(m, dm, double_keys(m, dm, "train"))
+    screen = screen_of(m, dm)
+    m.set_joint_singles(*fit_joint(screen.singles, screen.doubles["train"]))
     assert not torch.allclose(m.joint_effect[known], m.single_effect[known])
+    torch.testing.assert_close(m.joint_effect[~known], m.single_effect[~known])  # unknown rows stay 0
     torch.testing.assert_close(m.shrunk_singles()[known], ash_by_row(m.joint_effect[known], m.joint_var[known]))
     state = {k: v for k, v in m.state_dict().items() if not k.startswith("joint_")}  # saved before eb_joint
     again = _screen(lambda a, b: a + b)[0]
@@ -102,21 +105,20 @@ def test_choose_masking_cross_fits_the_joint_singles(monkeypatch):
     from sciml.perturbation import select
 
     m, dm = _screen(lambda a, b: masking(a, b, 1.0), noise=0.3)
-    m.set_flow(denoise="eb_joint")
     calls = []
     fit, obs = select.fit_joint, select.prior_errors
 
-    def record_fit(model, d, keys):
-        calls.append(["fit", list(keys)])
-        return fit(model, d, keys)
+    def record_fit(singles, doubles):
+        calls.append(["fit", list(doubles.keys)])
+        return fit(singles, doubles)
 
-    def record_score(model, observed):  # the doubles scored, by their perturbation indices
-        calls.append(["score", [f"g{a}+g{b}" for a, b in observed["pert"].tolist()]])
-        return obs(model, observed)
+    def record_score(singles, settings, tables, doubles):  # the doubles scored
+        calls.append(["score", list(doubles.keys)])
+        return obs(singles, settings, tables, doubles)
 
     monkeypatch.setattr(select, "fit_joint", record_fit)
     monkeypatch.setattr(select, "prior_errors", record_score)
-    choice = select.choose_masking(m, dm, seed=3)
+    choice = select.choose_masking(m.prior_settings.replace(denoise="eb_joint"), screen_of(m, dm), seed=3)
     train, val = dm.conditions["train"], dm.conditions["val"]
     last_fit = [next(calls[j][1] for j in range(i - 1, -1, -1) if calls[j][0] == "fit")
                 for i, (kind, _) in enumerate(calls) if kind == "score"]  # the singles each score was made with
@@ -124,5 +126,4 @@ def test_choose_masking_cross_fits_the_joint_singles(monkeypatch):
     assert all(not set(held) & set(fitted) for fitted, held in scored if held != val)
     assert sorted({k for _, held in scored for k in held}) == sorted(train + val)  # every double scored...
     assert len({tuple(held) for _, held in scored}) == 6  # ...in val and five disjoint training folds
-    assert calls[-1] == ["fit", train]  # the model keeps the singles of all training doubles
-    assert choice["denoise"] == "eb_joint" and choice["kappa"] >= 0.7, choice
+    assert choice.settings.denoise == "eb_joint" and choice.settings.kappa >= 0.7, choice

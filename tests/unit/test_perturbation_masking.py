@@ -1,5 +1,6 @@
 """The masking prior of doubles (denoised singles, smaller same-sign effect absorbed), its choice on training + val
-doubles, and ``flow.exact_mean``: each property checked by a test that fails when it breaks."""
+doubles (scored without changing the model), and ``flow.exact_mean``: each property checked by a test that fails
+when it breaks."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from sciml.perturbation.module import PerturbationFlow
 from sciml.perturbation.nn.masking import denoise, masking, masking_prior
 from sciml.perturbation.select import choose_masking
 
-from .doubles_dm import DoublesDM
+from .doubles_dm import DoublesDM, screen_of
 
 G, V = 8, 10
 CTRL = 5.0  # control level high enough that clipping at 0 does not enter
@@ -64,7 +65,7 @@ def test_prior_mean_of_a_double_is_the_masking_prior_except_own_columns_and_unde
     torch.testing.assert_close(got[0, [0, 1, 4, 5, 6, 7]], rule[[0, 1, 4, 5, 6, 7]])
     torch.testing.assert_close(got[0, [2, 3]], add[[2, 3]])  # the perturbed genes' own columns
     torch.testing.assert_close(got[1], effects[2])  # a measured single is its measurement
-    m.set_flow(additive_fallback=True)
+    m.set_prior(additive_fallback=True)
     torch.testing.assert_close(m.prior_mean(torch.tensor([[2, 3]]))[0], add)
 
 
@@ -86,28 +87,28 @@ def test_choose_masking_finds_the_rule_of_the_screen(name):
     truth = {"masking": lambda a, b: masking(a, b, 1.0), "additive": lambda a, b: a + b,
              "additive_noisy_singles": lambda a, b: a + b}[name]
     m, dm = _screen(truth, noise=0.3 if name == "additive_noisy_singles" else 0.0)
-    choice = choose_masking(m, dm)
-    assert choice["n"] == 24
-    assert (m.flow["kappa"], m.flow["denoise"]) == (choice["kappa"], choice["denoise"])
-    assert m.hparams["flow"]["kappa"] == choice["kappa"]  # saved with the checkpoint / artifact
+    state = {k: v.clone() for k, v in m.state_dict().items()}
+    choice = choose_masking(m.prior_settings, screen_of(m, dm))
+    chosen = choice.settings
+    assert choice.n == 24
+    assert (m.prior_settings.kappa, m.prior_settings.denoise) == ("auto", "auto")  # the model is not changed
+    assert all(torch.equal(v, m.state_dict()[k]) for k, v in state.items())
     if name == "masking":
-        assert choice["kappa"] >= 0.9 and choice["denoise"] == 0.0, choice
+        assert chosen.kappa >= 0.9 and chosen.denoise == 0.0, choice
     elif name == "additive":  # exact singles, additive doubles: the additive prior, nothing to denoise
-        assert (choice["kappa"], choice["denoise"]) == (0.0, 0.0), choice
+        assert (chosen.kappa, chosen.denoise) == (0.0, 0.0), choice
     else:  # singles measured with noise, half of their entries truly 0: denoising pays
-        assert choice["denoise"] > 0.0, choice
-        best = choice["mse"][f"{choice['kappa']},{choice['denoise']}"]
-        assert best < 0.97 * choice["mse"][f"{choice['kappa']},0.0"], choice
+        assert chosen.denoise > 0.0, choice
+        best = choice.mse[f"{chosen.kappa},{chosen.denoise}"]
+        assert best < 0.97 * choice.mse[f"{chosen.kappa},0.0"], choice
 
 
 def test_choose_masking_keeps_a_fixed_value_and_falls_back_to_additive_without_doubles():
     m, dm = _screen(lambda a, b: masking(a, b, 1.0))
-    m.set_flow(denoise=0.5)
-    assert choose_masking(m, dm)["denoise"] == 0.5
-    m.set_flow(kappa="auto", denoise="auto")
+    assert choose_masking(m.prior_settings.replace(denoise=0.5), screen_of(m, dm)).settings.denoise == 0.5
     dm.conditions = {"train": [], "val": [], "test": []}
-    choice = choose_masking(m, dm)
-    assert (choice["kappa"], choice["denoise"], choice["n"]) == (0.0, 0.0, 0)
+    choice = choose_masking(m.prior_settings, screen_of(m, dm))
+    assert (choice.settings.kappa, choice.settings.denoise, choice.n) == (0.0, 0.0, 0)
 
 
 def test_exact_mean_generates_the_prior_mean_where_every_single_is_known():
@@ -122,7 +123,7 @@ def test_exact_mean_generates_the_prior_mean_where_every_single_is_known():
     x0 = x_ctrl.clone()
     free = m.sample(x_ctrl, pert, x0=x0)
     ctrl_mean = torch.full((G,), 0.5)
-    m.set_flow(exact_mean=True)
+    m.set_prior(exact_mean=True)
     cells = m.sample(x_ctrl, pert, x0=x0, ctrl_mean=ctrl_mean)
     assert (cells >= 0).all()
     expected = (ctrl_mean + m.prior_mean(pert[:2])).clamp_min(0.0)
@@ -149,19 +150,17 @@ def test_blend_averages_the_masking_prior_with_the_combination_rule():
     other = [0, 1, 4, 5, 6, 7]
     torch.testing.assert_close(got[other], 0.75 * mask[other] + 0.25 * comb[other])
     torch.testing.assert_close(got[[2, 3]], add[[2, 3]])  # own columns stay additive in both parts
-    blended.set_flow(blend=1.0)
+    blended.set_prior(blend=1.0)
     torch.testing.assert_close(blended.prior_mean(pert)[0], mask)
-    blended.set_flow(blend=0.75, additive_fallback=True)
+    blended.set_prior(blend=0.75, additive_fallback=True)
     torch.testing.assert_close(blended.prior_mean(pert)[0], add)
 
 
 def test_blend_chooses_kappa_for_the_masking_part_alone_and_refuses_bad_values():
     m, dm = _screen(lambda a, b: masking(a, b, 1.0))
-    alone = choose_masking(m, dm)
-    m.set_flow(kappa="auto", denoise="auto", blend=0.5)
-    m.combination = _model(blend=0.5).combination  # a rule that would move the criterion if it entered it
-    assert choose_masking(m, dm) == alone
-    assert m.flow["blend"] == 0.5  # restored after the choice
+    alone = choose_masking(m.prior_settings, screen_of(m, dm))
+    blended = choose_masking(m.prior_settings.replace(blend=0.5), screen_of(m, dm))
+    assert blended.mse == alone.mse and blended.settings == alone.settings.replace(blend=0.5)
     with pytest.raises(ValueError, match="flow.blend"):
         _model(blend=1.5)
     with pytest.raises(ValueError, match="needs flow.prior: masking"):

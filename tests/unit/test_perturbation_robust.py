@@ -1,4 +1,4 @@
-"""Issue 14's robustness properties of the flow model, each by a test that fails when the property breaks:
+"""Robustness properties of the flow model, each by a test that fails when the property breaks:
 non-negative cells, perturbed genes' own columns at their singles, shrinkage towards additive chosen on val,
 the additive fallback, and the cached fast sampler equal to recomputing everything at every step."""
 
@@ -10,7 +10,7 @@ import torch
 from sciml.perturbation.module import PerturbationFlow
 from sciml.perturbation.nn import integrate
 
-from .doubles_dm import DoublesDM
+from .doubles_dm import DoublesDM, screen_of
 
 G, V = 8, 10
 
@@ -65,7 +65,7 @@ def test_own_genes_of_a_double_stay_at_the_sum_of_their_singles():
     mean = m.prior_mean(pert)[0]
     add = effects[0] + effects[1]
     torch.testing.assert_close(mean[[0, 1]], add[[0, 1]])  # genes 0 and 1 are the perturbed ones
-    m.set_flow(own_genes="rule")
+    m.set_prior(own_genes="rule")
     rule = m.prior_mean(pert)[0]
     assert (rule[[0, 1]] - add[[0, 1]]).abs().max() > 1e-3  # without the setting the rule moves them
     torch.testing.assert_close(rule[2:], mean[2:])  # other genes: the rule either way
@@ -87,7 +87,7 @@ def test_fallback_generates_the_additive_mean_even_with_a_trained_network():
     x_ctrl = _ctrl(n=32)
     pert = torch.tensor([[0, 1], [9, -1], [0, 9]])  # known double, unknown single, one unknown of two
     free = m.sample(x_ctrl, pert).mean(1) - x_ctrl.mean(1)
-    m.set_flow(additive_fallback=True)
+    m.set_prior(additive_fallback=True)
     assert m.hparams["flow"]["additive_fallback"] is True  # saved with the checkpoint / artifact
     got = m.sample(x_ctrl, pert).mean(1) - x_ctrl.mean(1)
     mean_single = (torch.linspace(-1, 1, G) + torch.ones(G)) / 2  # unknown single: mean training single effect
@@ -122,12 +122,14 @@ def test_choose_shrink_picks_additive_when_the_rule_does_not_generalise_and_the_
         deltas = {f"g{a}+g{b}": truth(effects[a], effects[b]) for a, b in pairs}
         dm = DoublesDM(deltas, conditions, G)
         m.fit_combination([(a, b, deltas[f"g{a}+g{b}"]) for a, b in pairs[:20]], torch.zeros(G))
-        choice = choose_shrink(m, dm, folds=4)
-        assert choice["n"] == {"val": 4, "train": 20}
+        rule = {k: v.clone() for k, v in m.combination.state_dict().items()}
+        choice = choose_shrink(m.prior_settings, screen_of(m, dm), m.combination, folds=4)
+        assert choice.n == {"val": 4, "train": 20}
+        assert all(torch.equal(v, m.combination.state_dict()[k]) for k, v in rule.items())  # refitted on copies
         if name == "saturating":
-            assert choice["shrink"] >= 0.75, choice
+            assert choice.settings.shrink >= 0.75, choice
         else:  # pure noise around additive: the cross-fitted rule only adds variance
-            assert choice["shrink"] <= 0.25, choice
+            assert choice.settings.shrink <= 0.25, choice
 
 
 @pytest.mark.parametrize("fallback", [True, False])

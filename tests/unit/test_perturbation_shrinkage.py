@@ -12,7 +12,9 @@ import torch
 
 from sciml.perturbation.nn.masking import masking
 from sciml.perturbation.nn.shrinkage import ash_by_row, ash_posterior_mean
+from sciml.perturbation.settings import PriorSettings
 
+from .doubles_dm import screen_of
 from .test_perturbation_masking import _model, _screen
 
 G = 8
@@ -84,7 +86,7 @@ def test_denoise_eb_single_shrinks_each_single_under_its_own_prior():
     m, effects, variances = _with_singles("eb_single", 5)
     known, var = torch.stack([effects[i] for i in range(4)]), torch.stack([variances[i] for i in range(4)])
     torch.testing.assert_close(m.shrunk_singles()[:4], ash_by_row(known, var))
-    m.set_flow(denoise="eb")  # another denoiser: the cached table is recomputed
+    m.set_prior(denoise="eb")  # another denoiser: the cached table is recomputed
     torch.testing.assert_close(m.shrunk_singles()[:4], ash_posterior_mean(known, var))
 
 
@@ -112,18 +114,16 @@ def test_choose_masking_with_eb_chooses_kappa_only(name):
     from sciml.perturbation.select import choose_masking
 
     m, dm = _screen(lambda a, b: masking(a, b, 1.0), noise=0.3)
-    m.set_flow(denoise=name)
-    choice = choose_masking(m, dm)
-    assert choice["denoise"] == name and m.flow["denoise"] == name and choice["kappa"] >= 0.7, choice
-    assert all(key.endswith(f",{name}") for key in choice["mse"])
+    choice = choose_masking(m.prior_settings.replace(denoise=name), screen_of(m, dm))
+    assert choice.settings.denoise == name and choice.settings.kappa >= 0.7, choice
+    assert all(key.endswith(f",{name}") for key in choice.mse)
 
 
 def test_the_model_card_says_how_the_singles_were_denoised():
     from sciml.perturbation.export import _prior_text
 
-    flow = {"prior": "masking", "kappa": 0.5}
-    assert "empirical-Bayes" in _prior_text(flow | {"denoise": "eb"}) and "τ =" not in _prior_text(
-        flow | {"denoise": "eb"})
-    assert "τ = 1.0" in _prior_text(flow | {"denoise": 1.0}) and "empirical" not in _prior_text(
-        flow | {"denoise": 1.0})
-    assert "one prior per single" in _prior_text(flow | {"denoise": "eb_single"})
+    settings = PriorSettings(prior="masking", kappa=0.5)
+    eb, tau = _prior_text(settings.replace(denoise="eb")), _prior_text(settings.replace(denoise=1.0))
+    assert "empirical-Bayes" in eb and "τ =" not in eb
+    assert "τ = 1.0" in tau and "empirical" not in tau
+    assert "one prior per single" in _prior_text(settings.replace(denoise="eb_single"))

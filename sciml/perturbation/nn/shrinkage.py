@@ -135,8 +135,3 @@ def ash_by_row(delta: Tensor, var: Tensor, iterations: int = EM_ITERATIONS) -> T
     if delta.numel() == 0:
         return delta.clone()
     return _posterior_rows(delta.double(), var.double(), iterations).to(delta.dtype)
-
-
-# flow.denoise: one prior for all, one per single, one per single of the singles fitted with the doubles (nn.joint)
-EB_DENOISERS = {"eb": ash_posterior_mean, "eb_single": ash_by_row, "eb_joint": ash_by_row}
-JOINT_DENOISER = "eb_joint"
