@@ -76,7 +76,8 @@ def run_predict(args, overrides: list[str]) -> int:
     key = args.condition_key or data.get("condition_key", "condition")
     ctrl = read_control_cells(args.control, predictor.genes, key,
                               args.control_label or data.get("control_label", "ctrl"), args.counts_layer,
-                              float(data.get("target_sum", 1e4)), reorder=args.reorder_genes)
+                              float(data.get("target_sum", 1e4)), reorder=args.reorder_genes,
+                              require_key=args.condition_key is not None)
     stage("perturbation predict", f"loaded {predictor.path} and {len(ctrl)} control cells in "
           f"{time.perf_counter() - begin:.1f} s; generating {args.n_cells} cells for each of {len(labels)} "
           f"condition(s), {torch.get_num_threads()} thread(s)")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from sciml.core.io.artifact import ArtifactError, load_artifact, parse_extra, restore_module
 from sciml.core.io.shipped import shipped_path
-from sciml.perturbation.data.conditions import UnknownGeneError, format_condition, parse_condition
+from sciml.perturbation.data.conditions import MAX_GENES, UnknownGeneError, format_condition, parse_condition
 from sciml.perturbation.domain import FILE as DOMAIN_FILE
 from sciml.perturbation.domain import PerturbationDomain
 from sciml.perturbation.model import PerturbationModel
@@ -56,25 +56,31 @@ class PerturbationPredictor:
 
         Raises
         ------
+        ValueError
+            More than two genes: the model predicts single and double perturbations only.
         UnknownGeneError
             A gene outside the vocabulary, or one never perturbed in training that has no graph embedding
             (not measured, so not in the gene graph).
 
         """
         genes = parse_condition(label, self.data.get("control_label", "ctrl"))
+        if len(genes) > MAX_GENES:
+            raise ValueError(f"--perturbations {label!r}: {len(genes)} genes; the model {self.path} predicts single "
+                             f"and double perturbations (A, A+B), not combinations of {len(genes)}")
         vocab, measured = self.vocabulary, set(self.genes)
         seen = set(self.module.config["perturbed_genes"] or [])
         unknown = [g for g in genes if g not in vocab]
         if unknown:
             raise UnknownGeneError(f"--perturbations {label!r}: unknown gene(s) {', '.join(unknown)}: not among the "
-                                   f"model's {len(vocab)} genes ({self.path}); use gene symbols the model knows")
+                                   f"{len(vocab)} genes of the model {self.path}; use gene symbols the model knows")
         blind = [g for g in genes if g not in seen and g not in measured]
         if blind:
             raise UnknownGeneError(f"--perturbations {label!r}: gene(s) {', '.join(blind)} were never perturbed in "
-                                   "training and are not measured, so the model has no embedding for them")
+                                   f"training and are not measured, so the model {self.path} has no embedding for "
+                                   "them")
         unseen = [g for g in genes if g not in seen]
         note = f"not perturbed in training: {' '.join(unseen)} (graph embedding only)" if unseen else ""
-        row = [vocab[g] for g in genes] + [-1] * (2 - len(genes))
+        row = [vocab[g] for g in genes] + [-1] * (MAX_GENES - len(genes))
         return format_condition(genes), row, note
 
 

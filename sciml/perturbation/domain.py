@@ -27,7 +27,8 @@ trusted, and each is tested where there is enough data to test it honestly:
    (the model's combination prior and the additive reference both rest on measured single effects).
 
 Every condition of one call shares the control population, so it shares the batch p-value; ``in_domain`` is
-``p > β`` and no rule broken. Size of ``domain.json``: ``c·G + G`` (projection) ``+ r·c + 2c + n_cal`` floats,
+``p > β`` and no rule broken. A condition that breaks a rule is out of domain whatever the cells, and its p-value is
+NaN: the test of the cells says nothing about a perturbation the model never saw. Size of ``domain.json``: ``c·G + G`` (projection) ``+ r·c + 2c + n_cal`` floats,
 with ``c <= max_components`` and ``r <= max_reference`` (``grn-default``: about 0.6 MB).
 """
 
@@ -137,15 +138,20 @@ class PerturbationDomain:
         return rule_reasons(label, self.train_conditions, self.control_label)
 
     def assess(self, labels: Sequence[str], ctrl: np.ndarray, beta: float | None = None) -> dict[str, list]:
-        """``domain_pvalue``, ``in_domain`` and one-line ``note`` per condition label, given the controls."""
+        """``domain_pvalue``, ``in_domain`` and one-line ``note`` per condition label, given the controls.
+
+        ``domain_pvalue`` is the control population's batch p-value for a condition within the training
+        perturbations, and NaN for one a rule flags (an extrapolation has no p-value: its note says why).
+        """
         beta = self.beta if beta is None else beta
         p = self.control_pvalue(ctrl)
         out: dict[str, list] = {"domain_pvalue": [], "in_domain": [], "note": []}
         for label in labels:
             reasons = self.rule_reasons(label)
+            extrapolates = bool(reasons)
             if p <= beta:
                 reasons.append(f"control cells unlike the training controls, p {p:.3g} <= {beta:g}")
-            out["domain_pvalue"].append(p)
+            out["domain_pvalue"].append(float("nan") if extrapolates else p)
             out["in_domain"].append(not reasons)
             out["note"].append(out_of_domain_note(reasons))
         return out

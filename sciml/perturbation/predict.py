@@ -78,7 +78,8 @@ def predict_effects(predictor: PerturbationPredictor, ctrl: np.ndarray, labels: 
         ``lower``/``upper`` ``(C, G)`` (NaN without a calibrator; ±inf when the calibration conditions are too
         few for ``alpha``), ``alpha``, ``threshold``, ``n_calib`` (calibration conditions; 0 without a calibrator),
         and the applicability domain (:mod:`sciml.perturbation.domain`): ``domain_pvalue`` ``(C,)`` (the control
-        population's batch p-value, NaN without ``domain.json``), ``in_domain`` ``(C,)`` bool (``False`` when
+        population's batch p-value; NaN without ``domain.json`` and for a condition beyond the training
+        perturbations, whose note says why), ``in_domain`` ``(C,)`` bool (``False`` when
         ``p <= beta`` or the perturbation extrapolates; without ``domain.json`` only the rules are applied, from
         the training conditions recorded in ``metadata.json``), ``beta``. A flagged condition's note says in one
         line that its band carries no guarantee.

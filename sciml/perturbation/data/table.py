@@ -121,12 +121,13 @@ def load_table(path: str | Path, condition_key: str = "condition", control_label
 
 def read_control_cells(path: str | Path, genes: list[str], condition_key: str = "condition",
                        control_label: str = "ctrl", counts_layer: str | None = None, target_sum: float = 1e4,
-                       reorder: bool = False) -> np.ndarray:
+                       reorder: bool = False, require_key: bool = False) -> np.ndarray:
     """Control cells (n, G) of a user's file on a frozen gene vocabulary (predict time).
 
     Cells labelled ``control_label`` (or ``ctrl``) in ``obs[condition_key]`` are taken; a file without that column
-    is taken to hold control cells only. ``genes`` must appear in the file in this order, unless ``reorder``
-    (then the file's columns are selected and reordered by name; genes must still all be present).
+    is taken to hold control cells only, unless ``require_key`` (the column was named by the user: its absence is
+    an error naming the file). ``genes`` must appear in the file in this order, unless ``reorder`` (then the file's
+    columns are selected and reordered by name; genes must still all be present).
     """
     source = str(path)
     adata = read_h5ad(path)
@@ -135,6 +136,10 @@ def read_control_cells(path: str | Path, genes: list[str], condition_key: str = 
     wanted = [g for g in var_names if g in set(genes)] if reorder and set(genes) <= set(var_names) else genes
     check_gene_order(var_names, wanted, source)
     adata = adata[:, list(genes)]
+    if require_key and condition_key not in adata.obs.columns:
+        raise DataError(f"{source}: obs has no column {condition_key!r} (columns: {list(adata.obs.columns)[:8]}); "
+                        "name the column of condition labels, or leave --condition-key out for a file of control "
+                        "cells only")
     if condition_key in adata.obs.columns:
         labels = adata.obs[condition_key].astype(str)
         mask = labels.isin([control_label, "ctrl"]).to_numpy()
