@@ -28,7 +28,9 @@ trusted, and each is tested where there is enough data to test it honestly:
 
 Every condition of one call shares the control population, so it shares the batch p-value; ``in_domain`` is
 ``p > β`` and no rule broken. A condition that breaks a rule is out of domain whatever the cells, and its p-value is
-NaN: the test of the cells says nothing about a perturbation the model never saw. Size of ``domain.json``: ``c·G + G`` (projection) ``+ r·c + 2c + n_cal`` floats,
+NaN: the test of the cells says nothing about a perturbation the model never saw.
+
+Size of ``domain.json``: ``c·G + G`` (projection) ``+ r·c + 2c + n_cal`` floats,
 with ``c <= max_components`` and ``r <= max_reference`` (``grn-default``: about 0.6 MB).
 """
 
