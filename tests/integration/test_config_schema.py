@@ -1,9 +1,11 @@
 """The run-config schema (``sciml.core.config``) and what ``sciml fit`` does with it.
 
-Unknown keys name the closest valid one; ``fit --help`` lists every key; Lightning ``Trainer`` keys pass through
-or are refused by name; ``OMP_NUM_THREADS`` wins over ``threads``; a reused run folder says on its first line
-that it resumes (``--fresh`` starts over); units and ``extensive`` agree; a missing data file fails before
-anything is written. The schema's keys and defaults are checked against the constructors they document.
+Unknown keys name the closest valid one; a value outside its choices (or neither a float nor ``auto``) is one
+line naming the dotted key and the allowed values, before any data is read; ``fit --help`` lists every key;
+Lightning ``Trainer`` keys pass through or are refused by name; ``OMP_NUM_THREADS`` wins over ``threads``; a
+reused run folder says on its first line that it resumes (``--fresh`` starts over); units and ``extensive``
+agree; a missing data file fails before anything is written. The schema's keys and defaults are checked against
+the constructors they document.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import yaml
 
 from sciml.cli.main import main
 from sciml.core.config import COMMON, REFUSED_TRAINER_KEYS, check_config, describe, resolve_threads, schemas
-from sciml.core.schema import ConfigError, Key, Section
+from sciml.core.schema import ConfigError, Key, Section, check_section
 from sciml.crystal.schema import check_target_unit
 
 from .conftest import ROOT
@@ -134,6 +136,41 @@ def test_required_keys_and_numbers_yaml_reads_as_strings():
         check_config(cfg, data_path=False)
     checked = check_config(with_key(config("crystal/perov5.yaml"), "model.optim.lr", "1e-3"), data_path=False)
     assert checked["model"]["optim"]["lr"] == 1e-3  # YAML 1.1 reads 1e-3 as a string
+
+
+def test_float_or_literal_key_takes_a_float_or_the_word():
+    section = Section({"flow": Section({"kappa": Key(None, "share absorbed", "float|auto")})})
+    check = lambda value: check_section({"flow": {"kappa": value}}, section, "model")["flow"]["kappa"]  # noqa: E731
+    assert check(0.5) == 0.5 and check("auto") == "auto" and check("1e-3") == 1e-3 and check(None) is None
+    for bad in ("atuo", True, [0.5]):
+        with pytest.raises(ConfigError) as err:
+            check(bad)
+        message = str(err.value)
+        assert "'model.flow.kappa'" in message and "a float or one of ['auto']" in message and "\n" not in message
+    with pytest.raises(ConfigError, match="did you mean 'auto'"):
+        check("atuo")
+
+
+def test_choice_error_is_one_line_with_the_full_key_and_the_choices():
+    section = Section({"flow": Section({"method": Key("rk4", "ODE solver", "str", ("euler", "rk4"))})})
+    with pytest.raises(ConfigError) as err:
+        check_section({"flow": {"method": "rk-4"}}, section, "model")
+    assert str(err.value) == ("config key 'model.flow.method' is 'rk-4'; choose one of ['euler', 'rk4']; "
+                              "did you mean 'rk4'?")
+
+
+@pytest.mark.parametrize(("key", "value", "fragment"), [
+    ("model.flow.denoise", "eb-joint", "did you mean 'eb_joint'?"),
+    ("model.flow.kappa", "atuo", "did you mean 'auto'?"),
+])
+def test_bad_prior_setting_fails_before_any_data_is_read(tmp_path, capsys, key, value, fragment):
+    """The config check names the key and its allowed values; the (missing) data file is never looked at."""
+    run = tmp_path / "run"
+    code = main(["fit", "--config", str(ROOT / "configs" / "perturbation" / "grn_default.yaml"), "--run_dir",
+                 str(run), "--data.path", str(tmp_path / "absent.h5ad"), f"--{key}", value])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and not run.exists()
+    assert f"'{key}'" in err and fragment in err and "one of" in err and "no such file" not in err
 
 
 # ---------------------------------------------------------------- trainer pass-through
