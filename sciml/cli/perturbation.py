@@ -1,4 +1,8 @@
-"""``sciml perturbation predict --model DIR --control ctrl.h5ad --perturbations "A+B,C" --output pred.h5ad``."""
+"""``sciml perturbation predict`` and ``sciml perturbation calibrate``.
+
+``predict --model DIR --control ctrl.h5ad --perturbations "A+B,C" --output pred.h5ad``;
+``calibrate --model NAME_OR_DIR --operation domain|conformal [--data D] [--alpha A] [--output DIR]``.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from sciml.cli.feedback import infinite_interval_note, require_inputs, stage
 
 
 def add_parser(sub, name: str) -> None:
-    """Register ``perturbation`` and its sub-verb ``predict``."""
+    """Register ``perturbation`` and its sub-verbs ``predict`` and ``calibrate``."""
     p = sub.add_parser(name, help="single-cell perturbation response")
     verbs = p.add_subparsers(dest="perturbation_verb", required=True)
     q = verbs.add_parser("predict", help="generate perturbed cells from control cells, with effect bands")
@@ -34,6 +38,72 @@ def add_parser(sub, name: str) -> None:
     q.add_argument("--reorder-genes", action="store_true", help="select the model's genes by name in any order")
     q.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: sciml.core.threads)")
     q.set_defaults(run=run_predict)
+    add_calibrate_parser(verbs)
+
+
+def add_calibrate_parser(verbs) -> None:
+    """Register ``perturbation calibrate`` (post-hoc operations on an artifact, :mod:`sciml.perturbation.calibrate`)."""
+    c = verbs.add_parser("calibrate", help="post-hoc operations on a perturbation artifact: add its domain test, or "
+                         "refit its effect bands")
+    c.add_argument("--model", required=True, help="shipped model name (`sciml models`) or artifact folder; "
+                   "rewritten in place unless --output is given")
+    c.add_argument("--operation", required=True, choices=("domain", "conformal"),
+                   help="domain: fit domain.json on the model's training controls and conditions; conformal: refit "
+                        "the effect bands on its val and calib conditions")
+    c.add_argument("--data", default=None, help="the model's training data (.h5ad), when not at its recorded path")
+    c.add_argument("--alpha", type=float, default=None, help="conformal: miscoverage of the bands (default: the "
+                   "model's)")
+    c.add_argument("--output", default=None, help="write the result to this new folder; the model is unchanged")
+    c.add_argument("--n-cells", type=int, default=128, help="conformal: cells generated per condition")
+    c.add_argument("--seed", type=int, default=0, help="seed of the domain test's draws or the generated cells")
+    c.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: sciml.core.threads)")
+    c.set_defaults(run=run_calibrate)
+
+
+def _check_calibrate_args(args) -> None:
+    """Everything about the command line that can be wrong, before any heavy import."""
+    from sciml.core.io.shipped import resolve_model
+
+    resolve_model(args.model)
+    if args.operation == "domain" and args.alpha is not None:
+        raise ValueError("--alpha applies to --operation conformal; the domain test's flag level is set at "
+                         "predict time (--beta)")
+    check_alpha_arg(args.alpha)
+    if args.n_cells < 1:
+        raise ValueError(f"--n-cells must be >= 1, got {args.n_cells}")
+    if args.data is not None:
+        require_inputs([args.data], "file", "give the model's training data, an .h5ad file")
+    if args.output is not None and Path(args.output).exists():
+        raise FileExistsError(f"{args.output} already exists; choose another --output")
+
+
+def run_calibrate(args, overrides: list[str]) -> int:
+    """Run the operation, print what changed, write the artifact."""
+    _check_calibrate_args(args)
+    import torch
+
+    from sciml.perturbation.calibrate import add_domain, recalibrate, target_folder
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    with target_folder(args.model, args.output) as folder:
+        if args.operation == "domain":
+            stage("perturbation calibrate", f"fitting domain.json of {args.model} on its training controls ...")
+            domain = add_domain(folder, args.data, args.seed)
+            done = (f"domain.json (k={domain.score.k}, beta={domain.score.beta:g}, {domain.score.n_calib} "
+                    f"calibration control cells)")
+        else:
+            stage("perturbation calibrate", f"refitting the effect bands of {args.model} on its val and calib "
+                  f"conditions ({args.n_cells} cells each) ...")
+            rec = recalibrate(folder, args.data, args.alpha, args.n_cells, args.seed)
+            print(f"test conditions: {rec['after']['n_test']}, target coverage {1 - rec['alpha']:.3f}")
+            print(f"{'':8}{'coverage':>10}{'half-width':>12}")
+            for name in ("before", "after"):
+                row = rec[name] or {"coverage_simultaneous": float("nan"), "mean_half_width": float("nan")}
+                print(f"{name:8}{row['coverage_simultaneous']:>10.3f}{row['mean_half_width']:>12.4f}")
+            done = f"calibrator.json (alpha {rec['alpha']:g}, {rec['after']['n_calib']} calibration conditions)"
+    print(f"wrote {done} to {args.output or folder}")
+    return 0
 
 
 def _check_args(args) -> None:

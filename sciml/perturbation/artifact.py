@@ -100,7 +100,7 @@ def load_model(path: str | Path = DEFAULT_MODEL) -> PerturbationPredictor:
     except (ValueError, KeyError, TypeError) as err:
         raise ArtifactError(f"{art.path / 'calibrator.json'}: {err}") from None
     domain = parse_extra(art, DOMAIN_FILE, PerturbationDomain.from_dict,
-                         "re-export or run sciml.perturbation.export.add_domain")
+                         "re-export, or run `sciml perturbation calibrate --operation domain`")
     return PerturbationPredictor(module, art.metadata.get("data", {}), bands, art.path, domain)
 
 

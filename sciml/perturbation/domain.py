@@ -46,7 +46,8 @@ import torch
 from sciml.perturbation.data.conditions import parse_condition
 from sciml.uq.domain import DomainScore
 
-__all__ = ["FILE", "PerturbationDomain", "batch_pvalue", "fit_domain", "out_of_domain_note", "rule_reasons"]
+__all__ = ["FILE", "PerturbationDomain", "batch_pvalue", "domain_lines", "domain_summary", "fit_domain",
+           "out_of_domain_note", "rule_reasons"]
 
 FORMAT_VERSION = 1
 FILE = "domain.json"
@@ -186,6 +187,27 @@ class PerturbationDomain:
         if comp.shape != (score.dim, mean.size):
             raise ValueError(f"'components' must have shape ({score.dim}, {mean.size}), got {comp.shape}")
         return cls(score, mean, comp, list(conds), d["control_label"], d["seed"], d["n_control_cells"])
+
+
+def domain_summary(domain: PerturbationDomain) -> dict:
+    """What ``metadata.json`` records about ``domain.json``."""
+    d = domain.score
+    return {"file": FILE, "method": "control_knn_conformal_median", "k": d.k, "beta": d.beta,
+            "n_components": d.dim, "n_reference": int(d.reference.shape[0]), "n_calib": d.n_calib,
+            "n_control_cells": domain.n_control_cells, "n_train_conditions": len(domain.train_conditions),
+            "seed": domain.seed}
+
+
+def domain_lines(domain: PerturbationDomain, how: str) -> list[str]:
+    """Model-card bullet on the applicability domain: what it is, how it was made."""
+    d = domain.score
+    return [f"- Applicability domain (`domain.json`, {how}): k-NN conformal novelty test (k={d.k}) on the control "
+            f"cells given to `perturbation predict`, in {d.dim} principal components of log1p expression; reference "
+            f"{d.reference.shape[0]} and calibration {d.n_calib} of the {domain.n_control_cells} training control "
+            f"cells (seed {domain.seed}); batch p-value 2·median of the cells' p-values. A condition is out of "
+            f"domain when p <= {d.beta:g} (an exchangeable control population is flagged with probability <= "
+            f"{d.beta:g}), when a gene was never perturbed in training, or when a double's single was not a training "
+            "condition; its band carries no guarantee."]
 
 
 def _array(raw: object, name: str, ndim: int) -> np.ndarray:

@@ -38,6 +38,16 @@ def effects(cells: dict[str, np.ndarray], dm) -> tuple[torch.Tensor, torch.Tenso
     return torch.as_tensor(np.stack(pred), dtype=torch.float64), torch.as_tensor(np.stack(true), dtype=torch.float64)
 
 
+def fit_bands(module: PerturbationModel, dm, alpha: float, n_cells: int = 128, seed: int = 0) -> EffectBands:
+    """Effect bands of ``module``: per-gene scale from the **val** conditions, threshold from the **calib** ones.
+
+    Each condition's effect is the mean of ``n_cells`` generated cells minus its control mean (:func:`effects`).
+    """
+    fit = effects(split_predictions(module, dm, "val", n_cells, seed), dm)
+    cal = effects(split_predictions(module, dm, "calib", n_cells, seed), dm)
+    return EffectBands.fit(*fit, *cal, alpha=alpha)
+
+
 def band_metrics(bands: EffectBands, pred: torch.Tensor, true: torch.Tensor, alpha: float | None = None) -> dict:
     """Simultaneous (box) and per-gene coverage and mean half-width of the bands on ``(n, G)`` effects."""
     box = bands.predict_set(pred, alpha)

@@ -1,18 +1,20 @@
-"""Export a perturbation checkpoint to an artifact (docs/design.md §4) with conformal effect bands and a model card."""
+"""Export a perturbation checkpoint to an artifact (docs/design.md §4) with conformal effect bands and a model card.
+
+Operations on an exported artifact (refit the bands, add the domain test) are in :mod:`sciml.perturbation.calibrate`.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from sciml.core.io import card
-from sciml.core.io.artifact import ArtifactError, add_extra_files, load_artifact, save_artifact
+from sciml.core.io.artifact import save_artifact
 from sciml.perturbation.domain import FILE as DOMAIN_FILE
-from sciml.perturbation.domain import PerturbationDomain, fit_domain
-from sciml.perturbation.evaluate import band_metrics, effects, split_predictions
+from sciml.perturbation.domain import domain_lines, domain_summary, fit_domain
+from sciml.perturbation.evaluate import band_metrics, effects, fit_bands, split_predictions
 from sciml.perturbation.module import PerturbationFlow
 from sciml.perturbation.select import apply_fallback, versus_additive
 from sciml.perturbation.settings import PriorSettings
-from sciml.perturbation.uncertainty import EffectBands
 
 HEADLINE = ("pearson_delta", "pearson_delta_de", "mse", "mae", "energy", "mmd", "discrimination")
 
@@ -120,9 +122,7 @@ def export(ckpt: str | Path, state: dict, output: str | Path, cfg: dict, calibra
     metrics = {k: float(table[k].mean()) for k in HEADLINE if k in table}
     calibrator = None
     if calibrate:
-        fit = effects(split_predictions(module, dm, "val", n_cells, seed), dm)
-        cal = effects(split_predictions(module, dm, "calib", n_cells, seed), dm)
-        bands = EffectBands.fit(*fit, *cal, alpha=alpha)
+        bands = fit_bands(module, dm, alpha, n_cells, seed)
         metrics |= band_metrics(bands, *effects(test_cells, dm)) | {"alpha": alpha}
         calibrator = bands.to_dict()
     data = dm.to_dict()
@@ -137,56 +137,3 @@ def export(ckpt: str | Path, state: dict, output: str | Path, cfg: dict, calibra
                   card="\n".join([card_text.rstrip("\n"), *domain_lines(domain, "fitted at export"), ""]),
                   extras={DOMAIN_FILE: domain.to_dict()})
     return metrics
-
-
-def domain_summary(domain: PerturbationDomain) -> dict:
-    """What ``metadata.json`` records about ``domain.json``."""
-    d = domain.score
-    return {"file": DOMAIN_FILE, "method": "control_knn_conformal_median", "k": d.k, "beta": d.beta,
-            "n_components": d.dim, "n_reference": int(d.reference.shape[0]), "n_calib": d.n_calib,
-            "n_control_cells": domain.n_control_cells, "n_train_conditions": len(domain.train_conditions),
-            "seed": domain.seed}
-
-
-def domain_lines(domain: PerturbationDomain, how: str) -> list[str]:
-    """Model-card bullet on the applicability domain: what it is, how it was made."""
-    d = domain.score
-    return [f"- Applicability domain (`domain.json`, {how}): k-NN conformal novelty test (k={d.k}) on the control "
-            f"cells given to `perturbation predict`, in {d.dim} principal components of log1p expression; reference "
-            f"{d.reference.shape[0]} and calibration {d.n_calib} of the {domain.n_control_cells} training control "
-            f"cells (seed {domain.seed}); batch p-value 2·median of the cells' p-values. A condition is out of "
-            f"domain when p <= {d.beta:g} (an exchangeable control population is flagged with probability <= "
-            f"{d.beta:g}), when a gene was never perturbed in training, or when a double's single was not a training "
-            "condition; its band carries no guarantee."]
-
-
-def add_domain(path: str | Path, data_path: str | None = None, seed: int = 0) -> PerturbationDomain:
-    """Add ``domain.json`` to an exported perturbation artifact without changing weights, config or calibrator.
-
-    The training data is rebuilt from the artifact's ``config.yaml`` data settings (``data_path`` when it moved,
-    e.g. regenerated with ``sciml data grn --config configs/data/grn_default.yaml``). The rebuilt split's
-    conditions and genes must equal those recorded in ``metadata.json``, so the training conditions and control
-    cells are those of the export; a file whose sha256 differs from the recorded one (a regenerated simulation
-    written by another library version) is accepted on that check and its hash recorded.
-    """
-    from sciml.perturbation.task import datamodule
-
-    art = load_artifact(path, task="perturbation")
-    recorded = art.metadata.get("data", {})
-    data = dict(art.config["data"]) | ({"path": str(data_path)} if data_path else {})
-    dm = datamodule({"data": data}, None)
-    rebuilt = dm.to_dict()
-    for key in ("conditions", "genes", "perturbation_genes"):
-        if rebuilt.get(key) != recorded.get(key):
-            raise ArtifactError(f"{data['path']}: rebuilt {key} differ from those recorded in "
-                                f"{art.path / 'metadata.json'}; pass the data the model was trained on")
-    domain = fit_domain(dm.control_matrix(), dm.conditions["train"], dm.opts["control_label"], seed=seed)
-    same = rebuilt.get("data_sha256") == recorded.get("data_sha256")
-    how = (f"added after export by `sciml.perturbation.export.add_domain` from `{data['path']}` (split conditions "
-           f"and genes checked against metadata.json; sha256 {'matches' if same else 'differs: regenerated file, '}"
-           f"{'' if same else rebuilt.get('data_sha256', '')[:16] + '…'}); weights and calibrator unchanged")
-    text = "\n".join(line for line in (art.path / "README.md").read_text().rstrip("\n").splitlines()
-                     if not line.startswith("- Applicability domain"))
-    add_extra_files(art.path, {DOMAIN_FILE: domain.to_dict()}, metadata={"domain": domain_summary(domain)},
-                    card="\n".join([text, *domain_lines(domain, how), ""]))
-    return domain

@@ -182,3 +182,36 @@ def test_effects_plot_states_alpha_and_labels_every_mark(artifact, monkeypatch, 
     assert len(infinite.collections) == 1  # no band drawn, only the dots
     for fig in figures:
         plt.close(fig)
+
+
+def test_calibrate_refits_the_bands_and_adds_the_domain_without_touching_the_weights(artifact, capsys):
+    import json
+
+    out, data, tmp = artifact
+    bands = tmp / "rebanded"
+    assert main(["perturbation", "calibrate", "--model", str(out), "--operation", "conformal", "--alpha", "0.2",
+                 "--n-cells", "16", "--output", str(bands)]) == 0
+    assert "before" in capsys.readouterr().out
+    old, new = (json.loads((p / "metadata.json").read_text()) for p in (out, bands))
+    assert new["weights_sha256"] == old["weights_sha256"] and "recalibration" not in old
+    assert new["recalibration"]["alpha"] == 0.2 and new["recalibration"]["before"]["n_test"] > 0
+    from sciml.perturbation import load_model
+
+    assert load_model(bands).bands.alpha == 0.2 and load_model(out).bands.alpha == 0.5  # the source is unchanged
+    (bands / "domain.json").unlink()  # a model without its domain test gets one back
+    meta = json.loads((bands / "metadata.json").read_text())
+    meta["extra_files"].pop("domain.json")
+    (bands / "metadata.json").write_text(json.dumps(meta))
+    assert main(["calibrate", "--model", str(bands), "--operation", "domain"]) == 0  # forwarded by family
+    assert json.loads((bands / "domain.json").read_text()) == json.loads((out / "domain.json").read_text())
+    assert "calibrate --operation domain" in (bands / "README.md").read_text()
+
+
+def test_calibrate_checks_its_arguments_and_names_moved_data(artifact, tmp_path, capsys):
+    out, _, _ = artifact
+    assert main(["perturbation", "calibrate", "--model", str(out), "--operation", "domain", "--alpha", "0.1"]) == 2
+    assert "--alpha applies to --operation conformal" in capsys.readouterr().err
+    moved = tmp_path / "moved.h5ad"
+    assert main(["perturbation", "calibrate", "--model", str(out), "--operation", "domain", "--data",
+                 str(moved)]) == 2
+    assert f"{moved}: no such file" in capsys.readouterr().err
