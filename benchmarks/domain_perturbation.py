@@ -10,10 +10,10 @@ for "from the shifted set".
 Bands (``band_check``): on each of the same four screens, the model's held-out conditions (val + test: never
 trained on, never calibrated on) are simulated with their measured cells, and ``predict_effects`` (what
 ``perturbation predict`` runs; 128 generated cells per condition, as at calibration) is given the screen's control
-cells. Per condition: the domain p-value (the control
-population's batch p-value), ``in_domain`` (the p-value and the extrapolation rules) and whether the measured
-effect (mean of the condition's cells minus the control mean, as in calibration) leaves the simultaneous band.
-Pooled over the screens: the AUROC of ``1 − p`` for "true effect outside the band", and the band coverage of
+cells. Per condition: the domain p-value (the control population's batch p-value; none for a condition that
+extrapolates, counted as 0 in the AUROC), ``in_domain`` (the p-value and the extrapolation rules) and whether the
+measured effect (mean of the condition's cells minus the control mean, as in calibration) leaves the simultaneous
+band. Pooled over the screens: the AUROC of ``1 − p`` for "true effect outside the band", and the band coverage of
 in-domain conditions beside that of every condition (the unflagged baseline). Writes only the ``perturbation``
 key (read-modify-write keeps the others)::
 
@@ -87,14 +87,15 @@ def band_check(predictor, settings: dict) -> dict:
         res = predict_effects(predictor, ctrl.astype(np.float32), labels, BAND_CELLS, seed=0)
         miss = ~((res["lower"] <= true) & (true <= res["upper"])).all(-1)
         for j, label in enumerate(res["conditions"]):
-            rows.append({"screen": name, "condition": label, "domain_pvalue": round(float(res["domain_pvalue"][j]), 4),
+            p = float(res["domain_pvalue"][j])  # NaN: the condition extrapolates (a rule), no p-value
+            rows.append({"screen": name, "condition": label, "domain_pvalue": None if p != p else round(p, 4),
                          "in_domain": bool(res["in_domain"][j]), "outside_band": bool(miss[j])})
         inside = res["in_domain"]
         per_screen[name] = {"n": len(labels), "flagged": int((~inside).sum()),
                             "band_coverage_all": float(1 - miss.mean()),
                             "band_coverage_in_domain": float(1 - miss[inside].mean()) if inside.any() else None}
     miss = np.array([r["outside_band"] for r in rows])
-    score = 1 - np.array([r["domain_pvalue"] for r in rows])
+    score = 1 - np.array([0.0 if r["domain_pvalue"] is None else r["domain_pvalue"] for r in rows])
     flagged = ~np.array([r["in_domain"] for r in rows])
     both = 0 < miss.sum() < len(miss)
     return {"conditions": labels, "alpha": predictor.bands.alpha if predictor.bands is not None else None,
@@ -143,16 +144,15 @@ def perturbation_section(args=None) -> dict:
 
 
 def main() -> int:
-    """Compute the section and merge it into ``benchmarks/results/domain.json``."""
-    from sciml.core.io.atomic import atomic_write_text
+    """Compute the section and merge it into ``benchmarks/results/domain.json`` (written once, when complete)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _results import merge_results  # benchmarks/_results.py: complete runs only, atomic
 
     torch.set_num_threads(1)
     path = ROOT / "benchmarks" / "results" / "domain.json"
     start = time.perf_counter()
     section = perturbation_section() | {"threads": 1, "seconds": round(time.perf_counter() - start, 1)}
-    results = json.loads(path.read_text()) if path.is_file() else {}
-    results["perturbation"] = section
-    atomic_write_text(path, json.dumps(results, indent=1))
+    merge_results(path, {"perturbation": section})
     print(json.dumps(section, indent=1))
     print(f"wrote section 'perturbation' of {path}", file=sys.stderr)
     return 0

@@ -25,17 +25,24 @@ cells generated per second, and the coverage of the conformal effect bands (on t
 over 500 random re-splits of the pooled calibration + test conditions). With ``--speed`` (first simulator case):
 today's sampler (10 RK4 steps, one condition per call, everything recomputed at every step) side by side with
 the fast one (Euler steps on the straight path, conditions batched, the step-independent context cached) on val and
-test: metrics vs steps and cells per second. Writes ``benchmarks/results/perturbation.json``.
+test: metrics vs steps and cells per second.
+
+Results are written once, when every case of the run is done, atomically (``benchmarks/_results.py``): an
+interrupted or failed run leaves ``--output`` as it was. A run's cases are merged into an existing ``--output`` by
+case (``grn/<setting>`` and seed, or the real case): the cases it computed replace theirs, the others stay
+(``--fresh``: write this run's cases alone).
 
 Usage::
 
     python benchmarks/perturbation.py [--settings default cooperative noisy] [--seeds 0 1 2] [--threads 1]
         [--no-real] [--no-sim] [--real norman_additive norman_unseen_single mcfaline_cell_line] [--speed]
-        [--epochs N] [--work DIR] [--output PATH]
+        [--epochs N] [--work DIR] [--output PATH] [--fresh]
+    python benchmarks/perturbation.py --merge a.json b.json --output benchmarks/results/perturbation.json
 
 A case whose run folder under ``--work`` already holds a ``last.ckpt`` resumes it (a finished training only
 reloads its best checkpoint; ``resumed_checkpoint`` says so and ``train_seconds`` is then not a training time).
-    python benchmarks/perturbation.py --merge a.json b.json --output benchmarks/results/perturbation.json
+``--merge`` combines the results files of complete runs (e.g. simulator and real data in two processes), later
+files winning for a case both hold.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -51,7 +59,6 @@ import pandas as pd
 import torch
 
 from sciml.cli.config import apply_overrides, load_config
-from sciml.core.io.atomic import atomic_write_text
 from sciml.core.io.checkpoint import load_lightning_checkpoint
 from sciml.core.registry import build_datamodule
 from sciml.core.train import train
@@ -66,6 +73,9 @@ from sciml.perturbation.predict import draw_controls
 from sciml.perturbation.select import apply_fallback, versus_additive
 from sciml.perturbation.sim.simulate import read_ground_truth, simulate
 from sciml.perturbation.uncertainty import EffectBands
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import write_json  # noqa: E402  (benchmarks/_results.py: complete runs only, atomic)
 
 ROOT = Path(__file__).resolve().parents[1]
 METRICS = ["pearson_delta", "pearson_delta_de", "mse", "mae", "mse_de", "de_overlap", "discrimination", "energy",
@@ -317,15 +327,43 @@ def print_case(r: dict) -> None:
         print(pd.DataFrame(r["speed"]["rows"]).round(4).to_string())
 
 
-def merge(paths: list[str]) -> dict:
-    """One result from several partial runs (e.g. simulator and real data in two processes)."""
-    parts = [json.loads(Path(p).read_text()) for p in paths]
-    out = {k: v for k, v in parts[0].items() if k not in ("grn", "real", "done_when")}
-    out["grn"] = [r for p in parts for r in p.get("grn", [])]
-    out["real"] = [r for p in parts for r in p.get("real", [])]
-    out["notes"] = [n for p in parts for n in p.get("notes", [])]
+def case_key(result: dict) -> str:
+    """The name of a case in a results file: ``grn/<setting>/seed<k>`` or the real case's name."""
+    return f"{result['case']}/seed{result['seed']}" if result["case"].startswith("grn/") else result["case"]
+
+
+def merge(parts: list[dict]) -> dict:
+    """One results file from the results of complete runs, by case (a later part's case replaces an earlier one's).
+
+    Run-level fields (threads, torch, alpha, epochs) are the last part's; notes are kept once each, in order.
+    """
+    out = {k: v for part in parts for k, v in part.items() if k not in ("grn", "real", "notes", "done_when")}
+    for section in ("grn", "real"):
+        cases = {case_key(r): r for part in parts for r in part.get(section, [])}
+        out[section] = list(cases.values())
+    out["notes"] = list(dict.fromkeys(n for part in parts for n in part.get("notes", [])))
     out["done_when"] = done_when(out)
     return out
+
+
+def read_results(path: str | Path) -> dict:
+    """A results file written by this script; ``SystemExit`` naming the file when it is not one."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise SystemExit(f"error: {path}: not a readable results file ({err.__class__.__name__})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("grn", []), list):
+        raise SystemExit(f"error: {path}: not a results file of benchmarks/perturbation.py")
+    return data
+
+
+def write_results(results: dict, output: str | Path, fresh: bool = False) -> dict:
+    """Write a complete run's ``results`` to ``output``, merged by case into the file there unless ``fresh``."""
+    output = Path(output)
+    results = json.loads(json.dumps(results, default=float))  # numpy scalars as JSON numbers
+    merged = merge([read_results(output), results]) if output.is_file() and not fresh else merge([results])
+    write_json(output, merged)
+    return merged
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -342,14 +380,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-sim", action="store_true", help="skip the simulator settings")
     p.add_argument("--real", nargs="+", default=list(REAL), choices=list(REAL), help="real-data cases to run")
     p.add_argument("--speed", action="store_true", help="today's vs the fast sampler on the first simulator case")
-    p.add_argument("--merge", nargs="+", default=None, help="merge partial JSON results into --output")
+    p.add_argument("--merge", nargs="+", default=None, help="merge the results files of complete runs into "
+                   "--output (by case, later files winning)")
+    p.add_argument("--fresh", action="store_true", help="write this run's cases alone, not merged into --output")
     p.add_argument("--set", nargs="*", default=[], help="config overrides for every case, e.g. --set "
                    "--model.flow.prior_dropout 0 (after --set, as in `sciml fit`)")
     p.add_argument("--work", default="benchmarks/runs/perturbation")
     p.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "perturbation.json"))
     args, extra = p.parse_known_args(argv)
     if args.merge:
-        atomic_write_text(args.output, json.dumps(merge(args.merge), indent=1, default=float))
+        write_json(args.output, merge([read_results(path) for path in args.merge]))
         print(f"wrote {args.output}")
         return 0
     args.set = args.set + extra
@@ -368,18 +408,12 @@ def main(argv: list[str] | None = None) -> int:
     alpha = float(cfgs["grn"]["calibration"]["alpha"])
     results = {"threads": args.threads, "torch": torch.__version__, "alpha": alpha,
                "epochs": {k: c["trainer"]["max_epochs"] for k, c in cfgs.items()}, "grn": [], "real": [], "notes": []}
-
-    def save() -> None:
-        results["done_when"] = done_when(results)
-        atomic_write_text(args.output, json.dumps(results, indent=1, default=float))
-
     if not args.no_sim:
         for setting in args.settings:
             for seed in args.seeds:
                 speed = args.speed and not results["grn"]
                 results["grn"].append(grn_case(setting, seed, cfgs["grn"], work, args.n_cells, alpha, speed))
                 print_case(results["grn"][-1])
-                save()
     if not args.no_real:
         for case in args.real:
             key, split = REAL[case]
@@ -391,9 +425,9 @@ def main(argv: list[str] | None = None) -> int:
             results["real"].append(run_case(case, cfg, work / case, args.n_cells, float(cfg["calibration"]["alpha"]),
                                             None))
             print_case(results["real"][-1])
-            save()
-    save()
+    results["done_when"] = done_when(results)  # this run's cases; the file's is recomputed over all of its cases
     print(f"\ndone when: {json.dumps(results['done_when'], indent=1, default=float)}")
+    write_results(results, args.output, args.fresh)
     print(f"wrote {args.output}")
     return 0
 

@@ -23,7 +23,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sciml.core.io.atomic import atomic_write_text
 from sciml.perturbation.nn.shrinkage import ash_by_row
 from sciml.perturbation.prior import Singles
 from sciml.perturbation.screen import double_keys, read_doubles
@@ -31,6 +30,7 @@ from sciml.perturbation.select import fit_joint
 from sciml.perturbation.task import build
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import write_json  # noqa: E402  (benchmarks/_results.py: complete runs only, atomic)
 from perturbation import OTHER, SETTINGS  # noqa: E402
 from perturbation_prior import case_arguments, case_config, folds  # noqa: E402
 
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     summary["design_joint_better"] = sum(r["design"]["joint"] < r["design"]["single"] for r in rows)
     summary["cases"] = len(rows)
     print(f"mean: {summary}")
-    atomic_write_text(args.output, json.dumps({"summary": summary, "cases": rows}, indent=1, default=float))
+    write_json(args.output, json.loads(json.dumps({"summary": summary, "cases": rows}, default=float)))
     print(f"wrote {args.output}")
     return 0
 

@@ -41,7 +41,6 @@ import numpy as np
 import torch
 
 from sciml.cli.config import load_config
-from sciml.core.io.atomic import atomic_write_text
 from sciml.perturbation.data.anndata_io import write_h5ad
 from sciml.perturbation.screen import double_keys, read_doubles, read_screen, training_doubles
 from sciml.perturbation.select import choose_masking, choose_shrink, fit_joint
@@ -50,6 +49,7 @@ from sciml.perturbation.sim.simulate import simulate
 from sciml.perturbation.task import build
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import write_json  # noqa: E402  (benchmarks/_results.py: complete runs only, atomic)
 from perturbation import OTHER, SETTINGS, seeded_case  # noqa: E402  (the prior was chosen on SETTINGS)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -201,8 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = {k: float(np.mean([r["design"]["ratio"][k] for r in rows])) for k in PRIORS}
     summary |= {f"test_{k}": float(np.mean([r["test"][k]["ratio"] for r in rows])) for k in PRIORS}
     print(f"mean: {summary}")
-    atomic_write_text(args.output, json.dumps({"summary_mean_ratio": summary, "cases": rows}, indent=1,
-                                              default=float))
+    write_json(args.output, json.loads(json.dumps({"summary_mean_ratio": summary, "cases": rows}, default=float)))
     print(f"wrote {args.output}")
     return 0
 
