@@ -13,10 +13,12 @@ from .catalogue.aci import ACI
 from .catalogue.active_ppi import PPIEstimate, active_ppi_mean, query_probabilities
 from .catalogue.classification import APS, CLASSIFICATION_SCORES, LAC, RAPS, ClassificationScore
 from .catalogue.cop import COP, cop_bound
+from .catalogue.fair import FairConformal, afcp_select
 from .catalogue.human_ai import HumanAIConformal, OnlineHumanAI, collaborative_set, human_ai_bound
 from .catalogue.label_cost import expected_size, stopping_size
 from .catalogue.online import OnlineCalibrator, QuantileTracker
 from .catalogue.pid import ConformalPID, pid_bound
+from .catalogue.rescp import ResCP
 from .catalogue.sf_ogd import SFOGD, sf_ogd_bound
 from .catalogue.slab import Slab, worst_slab_coverage
 from .catalogue.snap import SnapUQ, isotonic_fit, isotonic_predict
@@ -24,7 +26,6 @@ from .catalogue.spi import SPIConformal, rank_pmf, rank_windows
 from .catalogue.up_ocp import UPOCP
 from .domain import DomainScore, knn_distance
 from .ellipsoid import Ellipsoid
-from .fair import FairConformal, afcp_select, conformal_pvalues
 from .metrics import (
     coverage,
     group_coverage,
@@ -37,8 +38,7 @@ from .metrics import (
 )
 from .mondrian import MondrianConformal
 from .multigroup import MultiGroupConformal
-from .quantile import check_alpha, conformal_quantile, conformal_rank
-from .rescp import ResCP, weighted_quantile
+from .quantile import check_alpha, conformal_pvalues, conformal_quantile, conformal_rank, weighted_quantile
 from .scores import CQR, SCORES, AbsoluteResidual, IntervalScore, NormalizedResidual, Score, get_score
 from .sets import Box, Interval, LabelSet, PredictionSet
 from .split import CALIBRATORS, SplitConformal, calibrator_from_dict

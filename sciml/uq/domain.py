@@ -48,8 +48,7 @@ import torch
 from torch import Tensor, nn
 
 from ._checks import check_calibrator_dict, float_list, is_int, resize_buffers, sort_scores
-from .fair import conformal_pvalues
-from .quantile import check_alpha
+from .quantile import check_alpha, conformal_pvalues
 
 __all__ = ["DomainScore", "check_embeddings", "knn_distance"]
 

@@ -6,7 +6,7 @@ r"""Ellipsoidal prediction sets, the sets of the Mahalanobis score (:class:`~sci
     \qquad \log \mathrm{vol}(E) = \tfrac{d}{2}\log\pi - \log\Gamma(\tfrac{d}{2} + 1) + d \log r
     + \textstyle\sum_j \log L_{jj},
 
-with ``Σ = L Lᵀ`` the shape matrix (``refs/UQ_METHODS.md``, "Scores": ellipsoid, closed-form log-volume).
+with ``Σ = L Lᵀ`` the shape matrix (closed-form log-volume).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ With ``n_g`` calibration scores in group ``g`` the threshold is ``q_g = Q_{1-α}
 ``k_g = ⌈(n_g+1)(1-α)⌉``-th smallest score of the group, ``+inf`` when ``k_g > n_g``. For scores exchangeable
 within each group, ``P(Y ∈ C(X) | G = g) >= 1 - α`` for every group, with mean ``k_g/(n_g+1)`` for
 continuous scores (Vovk, Gammerman, Shafer 2005, *Algorithmic Learning in a Random World*, Mondrian
-conformal predictors; ``refs/UQ_METHODS.md``, "Mondrian"). Groups are disjoint integer labels (class,
+conformal predictors). Groups are disjoint integer labels (class,
 crystal system, cell type). Overlapping groups: :class:`~sciml.uq.multigroup.MultiGroupConformal` (max over
 the groups' thresholds, coverage >= 1-α in every group, conservative); the exact conditional calibration of
 Gibbs, Cherian, Candès (2023) is not provided.

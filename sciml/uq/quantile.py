@@ -1,4 +1,4 @@
-r"""The one finite-sample conformal quantile used by every calibrator in :mod:`sciml.uq`.
+r"""The one finite-sample conformal quantile used by every calibrator in :mod:`sciml.uq`, and its two relatives.
 
 For ``n`` exchangeable calibration scores and miscoverage ``alpha`` the split-conformal threshold is
 
@@ -7,7 +7,9 @@ For ``n`` exchangeable calibration scores and miscoverage ``alpha`` the split-co
     \hat q = Q_{1-\alpha}(S \cup \{\infty\}) = s_{(k)}, \qquad k = \lceil (n+1)(1-\alpha) \rceil,
 
 the ``k``-th smallest score, and ``+inf`` when ``k > n`` (too few scores: the set must be the whole space,
-never an under-covering finite set). See ``refs/UQ_METHODS.md``, "Split conformal".
+never an under-covering finite set). See ``docs/calibration.md``. Its dual, the conformal p-value
+``(1 + #{i : s_i >= s})/(n + 1)`` (:func:`conformal_pvalues`), and the quantile of weighted scores
+(:func:`weighted_quantile`, weighted conformal under shift) live here too.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from numbers import Integral, Real
 import torch
 from torch import Tensor
 
-__all__ = ["check_alpha", "conformal_rank", "conformal_quantile"]
+__all__ = ["check_alpha", "conformal_pvalues", "conformal_quantile", "conformal_rank", "weighted_quantile"]
 
 
 def check_alpha(alpha: float) -> float:
@@ -116,3 +118,18 @@ def conformal_quantile(scores: Tensor, alpha: float) -> Tensor:
     if k > n:
         return torch.full(scores.shape[:-1], math.inf, dtype=scores.dtype, device=scores.device)
     return torch.kthvalue(scores, k, dim=-1).values  # O(n) selection, same value as sorting
+
+
+def conformal_pvalues(cal_sorted: Tensor, scores: Tensor) -> Tensor:
+    """``(1 + #{i : s_i >= s})/(n + 1)`` for each entry of ``scores`` against sorted calibration scores ``(n,)``."""
+    n = cal_sorted.numel()
+    below = torch.searchsorted(cal_sorted, scores.contiguous(), right=False)  # #{s_i < s}
+    return (1 + n - below).to(scores.dtype) / (n + 1)
+
+
+def weighted_quantile(values: Tensor, weights: Tensor, levels: Tensor) -> Tensor:
+    """Smallest ``v`` with ``Σ_{v_i <= v} w_i >= p`` for each level ``p`` (weights sum to 1); shape of ``levels``."""
+    order = torch.argsort(values)
+    v, cum = values[order], weights[order].cumsum(0)
+    idx = torch.searchsorted(cum, levels.clamp(0, 1) - 1e-12).clamp_max(v.numel() - 1)
+    return v[idx]

@@ -3,7 +3,7 @@
 Given ``n`` calibration scores ``s_i = s(x_i, y_i)`` the threshold is ``q = Q_{1-α}(S ∪ {∞})``, the
 ``⌈(n+1)(1-α)⌉``-th smallest score (see :func:`sciml.uq.quantile.conformal_quantile`), and the prediction set
 is ``{y : s(x, y) <= q}``. For exchangeable continuous scores the coverage given the calibration set is
-``Beta(k, n+1-k)`` with mean ``k/(n+1) >= 1-α`` (``refs/UQ_METHODS.md``, "Split conformal").
+``Beta(k, n+1-k)`` with mean ``k/(n+1) >= 1-α`` (Vovk, Gammerman, Shafer 2005; ``docs/calibration.md``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 r"""Scores for vector and matrix targets: sup-norm (simultaneous box) and Mahalanobis (ellipsoid).
 
-``refs/UQ_METHODS.md``, "Scores" (vectors) and "Multi-output":
+For vector targets (``docs/calibration.md``):
 
 * sup-norm ``s = max_j |y_j - ŷ_j| / σ_j`` → :class:`~sciml.uq.sets.Box` ``∏_j [ŷ_j - qσ_j, ŷ_j + qσ_j]``, which
   covers all components *simultaneously* with probability ``>= 1 - α`` and is tighter than Bonferroni when

@@ -46,8 +46,7 @@ from torch import Tensor
 
 from ._checks import finite_real, is_int
 from .domain import check_embeddings
-from .quantile import check_alpha
-from .rescp import weighted_quantile
+from .quantile import check_alpha, weighted_quantile
 
 __all__ = [
     "GroupedThresholds",

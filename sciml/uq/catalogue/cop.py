@@ -1,6 +1,6 @@
 r"""COP, conformal optimistic prediction (ICLR 2026): quantile tracking with an optimistic ECDF hint.
 
-Update, as in ``refs/UQ_METHODS.md`` ("COP"), with a window of the last ``w`` scores:
+Update, with a window of the last ``w`` scores:
 
 .. math::
 
@@ -12,7 +12,7 @@ with ``F̂`` the window ECDF and the hint switched off (``λ = 0``) until the wi
 two distinct scores are seen ``η_t = η · scale0``. The interval is ``[ŷ - q_t, ŷ + q_t]`` for the absolute
 score (or two trackers at ``α/2`` on signed residuals).
 
-**Long-run coverage** (derived here for time-varying steps; the sheet's ``(B + (2+6M)η)/(Tη)`` is the
+**Long-run coverage** (derived here for time-varying steps; the paper's ``(B + (2+6M)η)/(Tη)`` is the
 constant-step form). Let scores lie in ``[0, B]``, ``η_t <= η̄`` and ``q̂_1 ∈ [0, B]``. The hint is at most
 ``r η̄ max(α, 1-α) <= r η̄`` in size, so ``q̂_t > B + r η̄`` forces ``err_t = 0`` and ``q̂_t < -r η̄`` forces
 ``err_t = 1``; hence ``D_t = q̂_{t+1} - q̂_1`` obeys ``|D_t| <= M = B + 2(1+r)η̄``. Abel summation of

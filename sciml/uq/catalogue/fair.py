@@ -1,7 +1,7 @@
 r"""Fair conformal classification with learned (representation-based) groups.
 
-Reference: "Fair conformal classification via representation-based groups" (ICLR 2026), as sketched in
-``refs/UQ_METHODS.md``; fallback: adaptively selected groups, AFCP (Zhou & Sesia 2024).
+Reference: "Fair conformal classification via representation-based groups" (ICLR 2026);
+fallback: adaptively selected groups, AFCP (Zhou & Sesia 2024).
 
 Algorithm (calibration scores ``s_i`` of the true labels, e.g. APS; sensitive features ``z_i``):
 
@@ -19,7 +19,7 @@ Guarantees: ``g`` is fitted on A only and memberships are independent coins give
 group the B scores and the test score are exchangeable: ``P(Y ∈ C | test ∈ B_k) >= 1 - α`` for every ``k``;
 the union with the marginal set keeps ``P(Y ∈ C) >= 1 - α``.
 
-**Labels (details not in the sheet).** The paper's "VAE-like" group network is replaced by a deterministic
+**Labels (details the paper leaves open).** The paper's "VAE-like" group network is replaced by a deterministic
 MLP encoder with a sigmoid output (``learner="mlp"``). ``learner="afcp"`` is the documented fallback in the
 spirit of AFCP: ``z`` holds integer attributes, and the group is the single attribute level ``{z_j = v}``
 with the lowest coverage on A among levels holding at least a fraction ``δ`` of A (a hard indicator, so all
@@ -32,18 +32,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_scores, finite_real, is_int, prepare_state_load
-from .quantile import check_alpha, conformal_quantile
-from .sets import LabelSet
+from .._checks import check_scores, finite_real, is_int, prepare_state_load
+from ..quantile import check_alpha, conformal_pvalues, conformal_quantile
+from ..sets import LabelSet
 
-__all__ = ["FairConformal", "afcp_select", "conformal_pvalues"]
-
-
-def conformal_pvalues(cal_sorted: Tensor, scores: Tensor) -> Tensor:
-    """``(1 + #{i : s_i >= s})/(n + 1)`` for each entry of ``scores`` against sorted calibration scores ``(n,)``."""
-    n = cal_sorted.numel()
-    below = torch.searchsorted(cal_sorted, scores.contiguous(), right=False)  # #{s_i < s}
-    return (1 + n - below).to(scores.dtype) / (n + 1)
+__all__ = ["FairConformal", "afcp_select"]
 
 
 def afcp_select(attributes: Tensor, covered: Tensor, min_frac: float) -> tuple[int, int]:
@@ -67,9 +60,9 @@ class FairConformal(nn.Module):
     n_features : int
         Dimension ``d`` of the sensitive features ``z``.
     delta : float
-        Minimum group mass ``δ`` in ``(0, 1)`` (sheet: 0.3).
+        Minimum group mass ``δ`` in ``(0, 1)`` (paper: 0.3).
     n_groups : int
-        Number of Bernoulli groups drawn (sheet: about 20).
+        Number of Bernoulli groups drawn (paper: about 20).
     learner : str
         ``"mlp"`` (learned soft group) or ``"afcp"`` (AFCP-style attribute-level fallback; integer ``z``).
     hidden, epochs, seed

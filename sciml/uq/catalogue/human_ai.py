@@ -1,6 +1,6 @@
 r"""Human–AI collaborative prediction sets with two thresholds (offline and online).
 
-Reference: human–AI collaborative conformal sets (ICML 2026), as sketched in ``refs/UQ_METHODS.md``. Given a
+Reference: human–AI collaborative conformal sets (ICML 2026). Given a
 human label set ``H(x)`` (a mask, shape ``(..., K)``) and model scores ``s(x, y)`` for every label, the set is
 
 .. math::  C(x) = \{y \in H(x) : s(x, y) \le b\} \cup \{y \notin H(x) : s(x, y) \le a\}.

@@ -1,6 +1,6 @@
 r"""Calibration when labels cost: a label-free stopping rule for the calibration-set size.
 
-Reference: calibration with costly labels (ICML 2026), ``refs/UQ_METHODS.md`` ("Label cost"). Labels are
+Reference: calibration with costly labels (ICML 2026). Labels are
 queried one at a time; after ``m`` labels the set is split conformal on those ``m`` scores. Total cost
 ``c m + E[set size]``: stop at the first ``m`` where one more label is expected to shrink the set by less than
 the label cost ``c``.

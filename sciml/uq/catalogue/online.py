@@ -6,7 +6,7 @@ threshold, the P part of conformal PID control (Angelopoulos, Candès, Tibshiran
 ``q_{t+1} = q_t + η(err_t - α)``, ``err_t = 1[s_t > q_t]``. For scores in ``[0, B]`` and ``q_1 ∈ [0, B]``,
 ``|(1/T) Σ_t err_t - α| <= (B + η) / (η T)`` for every ``T``.
 
-State lives in buffers (``state_dict``) and in ``to_dict``. ``refs/UQ_METHODS.md``, "Online".
+State lives in buffers (``state_dict``) and in ``to_dict``.
 """
 
 from __future__ import annotations

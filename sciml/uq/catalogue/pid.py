@@ -1,7 +1,7 @@
 r"""Conformal PID control: quantile tracking plus a saturating error integrator plus a scorecaster.
 
 Angelopoulos, Candès, Tibshirani (2023), "Conformal PID control for time series prediction", NeurIPS.
-The threshold for step ``t+1`` adds three terms (``refs/UQ_METHODS.md``, "Conformal PID"):
+The threshold for step ``t+1`` adds three terms:
 
 .. math::
 
@@ -23,7 +23,7 @@ with ``h(t) = (π/2) C_sat (t+1)/log(t+1)``, ``E_t >= h(t)`` forces ``q_{t+1} = 
            = O\!\Big(\frac{C_{sat}}{\log T}\Big).
 
 This is the paper's saturation argument with constants worked out for this ``r_t``; the reference code
-integrates ``E_{t-1}`` (one step of lag), here ``E_t`` includes the latest step as in the sheet.
+integrates ``E_{t-1}`` (one step of lag), here ``E_t`` includes the latest step.
 """
 
 from __future__ import annotations

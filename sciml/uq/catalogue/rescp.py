@@ -1,4 +1,4 @@
-r"""ResCP: reservoir conformal prediction for time series (ICLR 2026), as in ``refs/UQ_METHODS.md``.
+r"""ResCP: reservoir conformal prediction for time series (ICLR 2026).
 
 An echo-state network with fixed random weights (spectral radius ``ρ < 1``) summarises the past,
 
@@ -13,12 +13,12 @@ reaches the level) the interval is ``[ŷ_t + Q_w(β*), ŷ_t + Q_w(1 - α + β*)]
 of ``[0, α]`` that minimises the width. Coverage is asymptotic and conditional (on the reservoir state) only:
 there is no finite-sample guarantee; pair it with an online method (ACI, PID) when one is needed.
 
-**Deviation from the sheet (measured, documented).** The sheet's weights are ``decay = 1``, ``test_mass = 0``.
+**Deviation from the paper's weights.** The paper's weights are ``decay = 1``, ``test_mass = 0``.
 The ``1/(t-s)`` factor concentrates the weights (effective sample ``(Σ 1/k)²/Σ 1/k² ≈ 21`` for a 200-window),
 and that ECDF under-covers: 0.72 long-run coverage at ``α = 0.1`` on i.i.d. Gaussian residuals (0.78 with
 ``τ = 0.3``). Defaults here are ``decay = 0.5``, ``τ = 1`` and a test-point mass ``test_mass = 0.2`` (the
 non-exchangeable correction of Barber, Candès, Ramdas, Tibshirani 2023): 0.90 on the same stream.
-``ResCP(decay=1, test_mass=0, tau=0.1)`` is the sheet's rule.
+``ResCP(decay=1, test_mass=0, tau=0.1)`` is the paper's rule.
 """
 
 from __future__ import annotations
@@ -28,19 +28,11 @@ import math
 import torch
 from torch import Tensor, nn
 
-from ._checks import finite_real, is_int, positive_real, prepare_state_load
-from .quantile import check_alpha
-from .sets import Interval
+from .._checks import finite_real, is_int, positive_real, prepare_state_load
+from ..quantile import check_alpha, weighted_quantile
+from ..sets import Interval
 
-__all__ = ["ResCP", "weighted_quantile"]
-
-
-def weighted_quantile(values: Tensor, weights: Tensor, levels: Tensor) -> Tensor:
-    """Smallest ``v`` with ``Σ_{v_i <= v} w_i >= p`` for each level ``p`` (weights sum to 1); shape of ``levels``."""
-    order = torch.argsort(values)
-    v, cum = values[order], weights[order].cumsum(0)
-    idx = torch.searchsorted(cum, levels.clamp(0, 1) - 1e-12).clamp_max(v.numel() - 1)
-    return v[idx]
+__all__ = ["ResCP"]
 
 
 class ResCP(nn.Module):

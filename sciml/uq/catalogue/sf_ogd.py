@@ -3,12 +3,12 @@ r"""Scale-free online gradient descent (SF-OGD) on the quantile (pinball) loss o
 Orabona & Pál (2018), "Scale-free online learning", TCS; used for online conformal prediction by Bhatnagar,
 Wang, Xiong, Bai (2023), "Improved online conformal prediction via strongly adaptive online learning", ICML.
 With the pinball-loss gradient ``g_t = α - err_t`` (``err_t = 1[s_t > q_t]``) and
-``G_t = Σ_{i<=t} g_i²`` (``refs/UQ_METHODS.md``, "Quantile tracking / OGD"):
+``G_t = Σ_{i<=t} g_i²``:
 
 .. math::  q_{t+1} = q_t - \eta\, g_t / \sqrt{G_t} = q_t + \eta_t(\mathrm{err}_t - \alpha),
            \qquad \eta_t = \eta / \sqrt{G_t}.
 
-Long-run coverage (derived here; the sheet's ``(B + η)/(ηT)`` is the constant-step bound of
+Long-run coverage (derived here; the usual ``(B + η)/(ηT)`` is the constant-step bound of
 :class:`~sciml.uq.catalogue.online.QuantileTracker`): for scores in ``[0, B]`` and ``q_1 ∈ [0, B]``, ``q_t`` stays in
 ``[-αη_1, B + (1-α)η_1]`` (``η_t`` is non-increasing), so ``D_t = q_{t+1} - q_1`` obeys ``|D_t| <= M = B + η_1``
 with ``η_1 = η/|g_1|``. Abel summation of ``err_t - α = (D_t - D_{t-1})/η_t`` gives

@@ -12,7 +12,7 @@ Romano, Sesia, Candès (2020, NeurIPS, ``wsc``). For slabs ``S_{v,a,b} = {x : a 
 over a finite set ``V`` of (by default random, uniform on the sphere) directions. Marginal coverage near
 ``1 - α`` with a WSC far below it reveals a region where the sets under-cover. The minimum over many slabs is
 biased low on the points it was searched on; for an unbiased value, find the slab on one half of the data and
-evaluate :meth:`Slab.coverage_on` on the other (``refs/UQ_METHODS.md``, "Fair conformal": report WSC).
+evaluate :meth:`Slab.coverage_on` on the other.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 r"""SNAP-UQ: single-pass uncertainty from next-activation prediction on tapped layers (ICLR 2026).
 
-As sketched in ``refs/UQ_METHODS.md`` ("Single-pass uncertainty"). Forward hooks record the pooled
+Forward hooks record the pooled
 activation ``a_l(x) ∈ R^{d_l}`` of ``L`` tapped layers (mean over every axis between the batch axis and the
 feature axis). For each consecutive pair a small head predicts the next activation from a rank-``r``
 projection of the previous, as a diagonal Gaussian:

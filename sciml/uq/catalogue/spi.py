@@ -1,11 +1,11 @@
 r"""Small calibration sets with reference scores: RSA-CP, implemented as its published fallback SPI.
 
-**Label (``refs/UQ_METHODS.md``, "Small calibration sets").** RSA-CP, random score alignment (ICML 2026),
-aligns ``m`` real calibration scores with ``N`` reference scores (a simulator, a cheaper model, a parametric
-law) by 1-D optimal transport; the rank window of a real score of rank ``k`` among ``m + 1`` follows a
-Beta-binomial(``N``, ``k``, ``m+2-k``). Its exact threshold rule is not available, so this module implements
-the published closest method, as the sheet prescribes: **SPI**, synthetic-powered predictive inference
-(Bashari, Lotan, Lee, Dobriban, Romano 2025, arXiv:2505.13432), with the same rank windows.
+**Label: published fallback.** RSA-CP, random score alignment (ICML 2026), aligns ``m`` real calibration
+scores with ``N`` reference scores (a simulator, a cheaper model, a parametric law) by 1-D optimal transport;
+the rank window of a real score of rank ``k`` among ``m + 1`` follows a Beta-binomial(``N``, ``k``, ``m+2-k``).
+Its exact threshold rule is not published, so this module implements the closest published method: **SPI**,
+synthetic-powered predictive inference (Bashari, Lotan, Lee, Dobriban, Romano 2025, arXiv:2505.13432), with the
+same rank windows.
 
 With ``M = m + 1`` real scores (calibration plus test), the reference rank ``j ∈ {1..N+1}`` (``j - 1``
 reference scores below) of the real score of rank ``i`` has, for exchangeable real and reference scores,

@@ -1,7 +1,7 @@
 r"""UP-OCP: parameter-free online conformal prediction by universal-portfolio coin betting.
 
-**Label: reconstruction.** UP-OCP (ICML 2026) is parameter-free via universal portfolios; its exact update
-was not available, so this module implements the reconstruction given in ``refs/UQ_METHODS.md``:
+**Label: reconstruction.** UP-OCP (ICML 2026) is parameter-free via universal portfolios; the paper does not
+state its exact update, so this module implements a reconstruction (``docs/calibration.md``):
 
 .. math::
 
