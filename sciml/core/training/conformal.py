@@ -1,4 +1,4 @@
-"""Lightning callback that fits a conformal calibrator (from :mod:`sciml.uq`) on the calibration split after training."""
+"""Lightning callback that fits a conformal calibrator (:mod:`sciml.uq`) on the calibration split after training."""
 
 from __future__ import annotations
 
