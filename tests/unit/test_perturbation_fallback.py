@@ -120,7 +120,7 @@ def test_fallen_back_model_generates_the_additive_baselines_mean(dm):
 
 
 def test_without_the_projection_the_mean_drifts_from_additive(dm):
-    """Clamp-only sampling from the drawn controls (the sampler before this fix) is off by more than float error."""
+    """Clamp-only sampling from the drawn controls, without the projection, is off by more than float error."""
     m = _fallen_back(dm)
     additive = Additive().fit(dm)
     key = dm.conditions["test"][0]

@@ -9,9 +9,8 @@ interactions on gene ``g``, is estimated by moments from the residuals ``r_ab = 
 
 A gene whose doubles interact much lets them count little, and without doubles the estimate is the measured singles.
 The estimates and the diagonal of their covariance ``(Xᵀ W_g X)⁻¹`` then go through the per-single shrinkage
-(:func:`sciml.perturbation.nn.shrinkage.ash_by_row`). On the 27 simulator cases of ``benchmarks/perturbation.py``
-the additive prior of these singles (κ = 0) reads 0.625× additive on held-out training folds + val, against 0.654×
-for the measured singles alone (``benchmarks/perturbation_joint_singles.py``).
+(:func:`sciml.perturbation.nn.shrinkage.ash_by_row`). How they compare with the measured singles: docs/benchmarks.md
+(``benchmarks/perturbation_joint_singles.py``).
 """
 
 from __future__ import annotations
