@@ -14,7 +14,8 @@ from sciml.core.lazy import lazy_exports
 #: public name -> module defining it
 _EXPORTS = {"DEFAULT_MODEL": "sciml.perturbation.artifact", "PerturbationPredictor": "sciml.perturbation.artifact",
             "load_model": "sciml.perturbation.artifact", "generate": "sciml.perturbation.predict",
-            "parse_perturbations": "sciml.perturbation.predict", "predict_effects": "sciml.perturbation.predict"}
+            "parse_perturbations": "sciml.perturbation.predict", "predict_effects": "sciml.perturbation.predict",
+            "PriorSettings": "sciml.perturbation.settings", "prior_mean": "sciml.perturbation.prior"}
 
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
