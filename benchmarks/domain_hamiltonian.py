@@ -18,7 +18,7 @@ set" and, within each set, for "some orbital energy outside its interval". The w
 evaluated and stored (``done_when``).
 
 The shipped domain test and calibrator declare a domain wider than the training conformers: they were fitted
-(``sciml.hamiltonian.export.add_domain(..., extra_calib=...)``) on the training-like splits plus new broad
+(``sciml.hamiltonian.calibrate.add_domain(..., extra_calib=...)``) on the training-like splits plus new broad
 conformers (σ uniform in 0–0.10 Å, rotated, seed 7; none of the benchmark seeds 101–103). Pass that file with
 ``--extra-calib`` (its sha256 is checked against the artifact's metadata); the baselines then use the same
 calibration data. ``training_like_calibration`` in each set is the domain test and calibrator refitted here
@@ -50,8 +50,8 @@ from sciml.hamiltonian.data.generate import MoleculeJob, SCFSettings, generate_m
 from sciml.hamiltonian.data.npz import read_npz
 from sciml.hamiltonian.domain import orbital_groups, structure_errors
 from sciml.hamiltonian.export import calibrate, read_extra
+from sciml.hamiltonian.intervals import orbital_intervals
 from sciml.hamiltonian.loss import matrix_mae
-from sciml.hamiltonian.predict import orbital_intervals
 from sciml.hamiltonian.task import datamodule
 from sciml.uq import SplitConformal
 
@@ -109,7 +109,7 @@ def main() -> None:
     pred = load_model(args.model)
     m, dom, alpha = pred.module, pred.domain, args.alpha
     if dom is None:
-        raise SystemExit(f"{args.model} has no domain.json; run sciml.hamiltonian.export.add_domain first")
+        raise SystemExit(f"{args.model} has no domain.json; run `sciml hamiltonian calibrate --operation domain` first")
     art_data = json.loads((Path(args.model) / "metadata.json").read_text())
     import yaml
 

@@ -108,7 +108,7 @@ def scf_seconds(path: str, indices: list[int], threads: int) -> dict:
     """Time a pyscf SCF (same settings as the data) and the H0+S build time of prediction, per molecule."""
     from sciml.hamiltonian.data.generate import SCFSettings, run_molecule_scf
     from sciml.hamiltonian.data.npz import read_npz
-    from sciml.hamiltonian.predict import zeroth_step
+    from sciml.hamiltonian.scf.molecule import zeroth_step
 
     structures, layout = read_npz(path)
     scf, zeroth = [], []

@@ -82,15 +82,17 @@ def errors(h, eps, ref: dict, n_occ: int) -> dict:
 
 def residual_rows(structures, results, predictor, alpha: float) -> list[dict]:
     """Per conformer: SCF residual r(H), the conformal H MAE bound q·r(H) (None without residual.json), H MAE."""
-    from sciml.hamiltonian.scf.residual import residual_fields
+    from sciml.hamiltonian.scf.residual import check_residual, scf_residual
 
     rows = []
     for s, r in zip(structures, results, strict=True):
         start = time.perf_counter()
-        fields = residual_fields(s, r, predictor, alpha)
+        h = predictor.layout.to_pyscf(r.hamiltonian, s.numbers)
+        check = check_residual(scf_residual(s.numbers, s.positions, h, predictor.basis, predictor.xc, predictor.h0),
+                               predictor.residual, alpha)
         ref = s.to_dense("H", predictor.layout)
-        rows.append({"residual": fields["scf_residual_microhartree"], "bound": fields["h_mae_bound_microhartree"],
-                     "h_mae": float(np.abs(r["hamiltonian"] - ref).mean() * 1e6),
+        rows.append({"residual": check.residual, "bound": check.bound,
+                     "h_mae": float(np.abs(r.hamiltonian - ref).mean() * 1e6),
                      "seconds": time.perf_counter() - start})
     return rows
 
@@ -104,7 +106,8 @@ def refine_curves(structures, starts: dict, predictor, steps: int, alpha: float)
     """
     from scipy.linalg import eigh
 
-    from sciml.hamiltonian.predict import refine_result, zeroth_step
+    from sciml.hamiltonian.refined import refine_prediction
+    from sciml.hamiltonian.scf.molecule import zeroth_step
     from sciml.hamiltonian.scf.refine import CACHE_MB, refine
 
     layout, seconds = predictor.layout, []
@@ -112,12 +115,12 @@ def refine_curves(structures, starts: dict, predictor, steps: int, alpha: float)
     for i, s in enumerate(structures):
         mats = zeroth_step(s.numbers, s.positions, predictor.basis, predictor.xc, layout, h0=predictor.h0,
                            cache_mb=CACHE_MB)
-        overlap, occ = mats["S"], mats["n_occupied"]
-        fock = mats["solver"]
+        overlap, occ = mats.overlap, mats.n_occupied
+        fock = mats.fock
         href = layout.to_pyscf(s.to_dense("H", layout), s.numbers)
         eref = eigh(href, overlap, eigvals_only=True)
-        begin = {name: layout.to_pyscf(res[i]["hamiltonian"], s.numbers) for name, res in starts.items()}
-        for name, h in (begin | {"h0": mats["H0"]}).items():
+        begin = {name: layout.to_pyscf(res[i].hamiltonian, s.numbers) for name, res in starts.items()}
+        for name, h in (begin | {"h0": mats.h0}).items():
             start = time.perf_counter()
             out = refine(h, fock, overlap, occ, steps, keep_history=True)  # step k of it = a run of k builds
             seconds.append((time.perf_counter() - start) / max(steps, 1))
@@ -129,13 +132,13 @@ def refine_curves(structures, starts: dict, predictor, steps: int, alpha: float)
             curves[name].append(row)
         if predictor.refined is not None:
             first = next(iter(starts.values()))[i]
-            res = refine_result(s, first, overlap, mats["solver"], predictor, predictor.refined.steps, alpha)
-            eps = np.asarray(res["orbital_energies"])
+            res = refine_prediction(first, s.numbers, mats, layout, predictor.refined, predictor.refined.steps, alpha)
+            eps = res.orbital_energies
             ref = eref[:len(eps)]
-            inside = (np.asarray(res["lower"]) <= ref) & (ref <= np.asarray(res["upper"]))
-            shipped.append(errors(layout.to_pyscf(res["hamiltonian"], s.numbers), eps, {"H": href, "eps": ref}, occ)
-                           | {"coverage": float(inside.mean()), "interval_guarantee": res["interval_guarantee"],
-                              "half_width_mev": float(np.mean(np.subtract(res["upper"], res["lower"]))) / 2
+            inside = (res.lower <= ref) & (ref <= res.upper)
+            shipped.append(errors(layout.to_pyscf(res.hamiltonian, s.numbers), eps, {"H": href, "eps": ref}, occ)
+                           | {"coverage": float(inside.mean()), "interval_guarantee": res.interval_guarantee,
+                              "half_width_mev": float(np.mean(res.upper - res.lower)) / 2
                               * HARTREE_MEV})
     mean = {name: np.mean(rows, axis=0) for name, rows in curves.items()}
     out = {name: {"h_mae_microhartree": m[:, 0].tolist(), "occ_mae_mev": m[:, 1].tolist()}
@@ -162,20 +165,20 @@ def score_molecule(path: Path, predictors: list, alpha: float, refine_steps: int
         res = predict_structures(structures, pred, alpha=alpha)
         starts["network" if k == 0 else f"network_seed{k}"] = res
         for s, r in zip(structures, res, strict=True):
-            eps, occ = np.asarray(r["orbital_energies"]), r["n_occupied"]
+            eps, occ = r.orbital_energies, r.n_occupied
             ref = reference(s, layout, len(eps))
-            rows[f"network_seed{k}"].append(errors(r["hamiltonian"], eps, ref, occ))
-            inside = (np.asarray(r["lower"]) <= ref["eps"]) & (ref["eps"] <= np.asarray(r["upper"]))
+            rows[f"network_seed{k}"].append(errors(r.hamiltonian, eps, ref, occ))
+            inside = (r.lower <= ref["eps"]) & (ref["eps"] <= r.upper)
             cover[f"network_seed{k}"].append(inside.mean())
-            infinite[f"network_seed{k}"].append(np.isinf(np.asarray(r["upper"])).mean())
-            flagged[f"network_seed{k}"].append(r["in_domain"] is False)
+            infinite[f"network_seed{k}"].append(np.isinf(r.upper).mean())
+            flagged[f"network_seed{k}"].append(r.in_domain is False)
             if k == 0:
                 rows["h0"].append(errors(ref["H0"], ref["eps_h0"], ref, occ))
         if k == 0:
             scf = residual_rows(structures, res, pred, alpha)
     for s, r in zip(structures, ridge_res, strict=True):
-        eps = np.asarray(r["orbital_energies"])
-        rows["ridge"].append(errors(r["hamiltonian"], eps, reference(s, layout, len(eps)), r["n_occupied"]))
+        eps = r.orbital_energies
+        rows["ridge"].append(errors(r.hamiltonian, eps, reference(s, layout, len(eps)), r.n_occupied))
     out = {"n_conformers": len(structures), "n_atoms": int(len(structures[0].numbers)),
            "n_ao": int(structures[0].to_dense("S", layout).shape[0])}
     for name, rs in rows.items():

@@ -39,7 +39,7 @@ def by_distance(structures, predictor, results) -> dict[str, dict[str, float]]:
     for s, r in zip(structures, results, strict=True):
         off = layout.atom_offsets(s.numbers)
         ref = s.to_dense("H", layout)
-        err, err0 = np.abs(r["hamiltonian"] - ref), np.abs(s.to_dense("H0", layout) - ref)
+        err, err0 = np.abs(r.hamiltonian - ref), np.abs(s.to_dense("H0", layout) - ref)
         pos = np.asarray(s.positions)
         for i in range(len(s.numbers)):
             for j in range(len(s.numbers)):
@@ -66,8 +66,8 @@ def scores(structures, predictor) -> dict[str, float]:
 
     rows = []
     for s, r in zip(structures, predict_structures(structures, predictor, alpha=None), strict=True):
-        eps = np.asarray(r["orbital_energies"])
-        rows.append(errors(r["hamiltonian"], eps, reference(s, predictor.layout, len(eps)), r["n_occupied"]))
+        eps = r.orbital_energies
+        rows.append(errors(r.hamiltonian, eps, reference(s, predictor.layout, len(eps)), r.n_occupied))
     return {k: float(np.mean([row[k] for row in rows])) for k in ("h_mae_microhartree", "occ_mae_mev")}
 
 

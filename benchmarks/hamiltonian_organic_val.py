@@ -35,7 +35,7 @@ def h_mae(structures, predictor) -> dict[str, float]:
     from sciml.hamiltonian.predict import predict_structures
 
     layout = predictor.layout
-    preds = [r["hamiltonian"] for r in predict_structures(structures, predictor, alpha=None)]
+    preds = [r.hamiltonian for r in predict_structures(structures, predictor, alpha=None)]
     per: dict[str, list[float]] = {}
     for s, h in zip(structures, preds, strict=True):
         per.setdefault(s.meta["molecule"], []).append(float(np.abs(h - s.to_dense("H", layout)).mean() * 1e6))

@@ -36,7 +36,8 @@ VARIANTS = {"normalized+core": (True, True), "normalized": (True, False), "absol
 
 def per_conformer(structures, predictor, steps: int) -> list[dict]:
     """Errors, last-build changes (Hartree) and both groupings of every refined conformer of ``structures``."""
-    from sciml.hamiltonian.scf.refine_calibration import CORE_GROUP, refined_errors
+    from sciml.hamiltonian.calibrate import refined_errors
+    from sciml.hamiltonian.scf.refine_calibration import CORE_GROUP
 
     rows = []
     for s in structures:

@@ -1,21 +1,33 @@
-"""``sciml hamiltonian predict --model DIR FILE... --output DIR [--alpha A] [--beta B] [--shift-aware] [--plot]``.
+"""``sciml hamiltonian predict`` and ``sciml hamiltonian calibrate``.
 
-Molecule models take ``.xyz`` files (Å); crystal models (trained with ``sciml fit --config
-configs/hamiltonian/si-c.yaml``) take structure files (CIF, POSCAR; pyscf.pbc builds H0 and S) or DeepH folders
-carrying H0 and S, and add ``[--kpath N] [--symprec S]``.
+``predict --model DIR FILE... --output DIR [--alpha A] [--beta B] [--shift-aware] [--plot]``: molecule models take
+``.xyz`` files (Å); crystal models (trained with ``sciml fit --config configs/hamiltonian/si-c.yaml``) take
+structure files (CIF, POSCAR; pyscf.pbc builds H0 and S) or DeepH folders carrying H0 and S, and add
+``[--kpath N] [--symprec S]``.
+``calibrate --model DIR --operation domain|residual|refine [--data D] [--alpha A] [--output DIR]``: post-hoc
+operations on a molecule artifact (:mod:`sciml.hamiltonian.calibrate`); arguments, paths and the artifact's kind are
+checked before torch is imported.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 from sciml.cli.config import check_alpha_arg
-from sciml.cli.feedback import add_domain_arguments, infinite_interval_note
+from sciml.cli.feedback import add_domain_arguments, infinite_interval_note, require_inputs
+
+#: operations of ``sciml hamiltonian calibrate`` (:data:`sciml.hamiltonian.calibrate.OPERATIONS`; named here so
+#: that ``--help`` needs no torch)
+OPERATIONS = ("domain", "residual", "refine")
+
+
+MODEL_HELP = "shipped model name (`sciml models`) or artifact folder"
 
 
 def add_parser(sub, name: str) -> None:
-    """Register ``hamiltonian`` and its sub-verb ``predict`` (molecule and crystal models)."""
+    """Register ``hamiltonian`` and its sub-verbs ``predict`` (molecule and crystal models) and ``calibrate``."""
     p = sub.add_parser(name, help="electronic-structure Hamiltonian prediction")
     verbs = p.add_subparsers(dest="hamiltonian_verb", required=True)
     q = verbs.add_parser("predict",
@@ -23,7 +35,8 @@ def add_parser(sub, name: str) -> None:
     q.add_argument("inputs", nargs="+",
                    help=".xyz files (Å; each frame of a multi-frame file is one molecule, folder <stem>_<k>); "
                         "with a crystal model: CIF/POSCAR files or DeepH folders")
-    q.add_argument("--model", default=None, help="artifact folder (default: checkpoints/water-pbe-def2svp)")
+    q.add_argument("--model", default=None, help=f"{MODEL_HELP} (default: water-pbe-def2svp; molecules with C or N: "
+                   "organic-pbe-def2svp)")
     q.add_argument("--output", required=True, help="output folder (one sub-folder per molecule or crystal)")
     q.add_argument("--alpha", type=float, default=0.1, help="miscoverage of the conformal intervals")
     q.add_argument("--reference", nargs="*", default=None,
@@ -44,6 +57,31 @@ def add_parser(sub, name: str) -> None:
                    help="crystals: symmetry tolerance (Å) for the k-path (larger: displaced cells keep the ideal one)")
     q.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     q.set_defaults(run=run_predict)
+    add_calibrate_parser(verbs)
+
+
+def add_calibrate_parser(verbs) -> None:
+    """Register ``hamiltonian calibrate``, the post-hoc artifact operations of :mod:`sciml.hamiltonian.calibrate`."""
+    c = verbs.add_parser("calibrate", help="post-hoc operations on a molecule artifact: refit its domain test, fit "
+                         "the SCF-residual bound, or fit the intervals of refined predictions")
+    c.add_argument("--model", required=True, help=f"{MODEL_HELP}; rewritten in place unless --output is given")
+    c.add_argument("--operation", required=True, choices=OPERATIONS,
+                   help="domain: domain.json and the per-orbital calibrator on the model's recorded splits; "
+                        "residual: residual.json (H MAE bound of `predict --residual`) on its calibration split; "
+                        "refine: refine_calibrator.json (intervals of `predict --refine K`) on --data")
+    c.add_argument("--data", default=None, help="domain, residual: the training data, when moved from its recorded "
+                   "path; refine: a folder of data set files of the model's calibration molecules (required)")
+    c.add_argument("--alpha", type=float, default=0.1, help="miscoverage (default 0.1)")
+    c.add_argument("--output", default=None, help="write the result to this new folder; the model is unchanged")
+    c.add_argument("--steps", type=int, default=5, help="refine: Fock builds K of `predict --refine K` (default 5)")
+    c.add_argument("--score", default="normalized", choices=("normalized", "absolute"),
+                   help="domain: conformity score of the per-orbital calibrator (default normalized)")
+    c.add_argument("--extra-calib", nargs="+", default=None, metavar="NPZ",
+                   help="domain: data set files of new conformers that widen the declared domain")
+    c.add_argument("--declared-domain", default=None,
+                   help="domain: in words, which inputs the --extra-calib structures stand for (model card)")
+    c.add_argument("--threads", type=int, default=None, help="torch CPU threads (sciml.core.threads)")
+    c.set_defaults(run=run_calibrate)
 
 
 def _interval(value: float, lower: float, upper: float, alpha: float) -> str:
@@ -85,6 +123,7 @@ def run_predict(args, overrides: list[str]) -> int:
 
     from sciml.hamiltonian.artifact import DEFAULT_MODEL, load_model
     from sciml.hamiltonian.predict import predict_files
+    from sciml.hamiltonian.units import HARTREE_EV
 
     torch.set_num_threads(args.threads)
     check_alpha_arg(args.alpha)
@@ -101,25 +140,25 @@ def run_predict(args, overrides: list[str]) -> int:
         return _run_crystal(args, predictor)
     if predictor.domain is None:
         print(f"note: {predictor.path} has no domain.json: whether an input resembles the training data is unknown "
-              "(re-export the model, or sciml.hamiltonian.export.add_domain)", file=sys.stderr)
+              "(re-export the model, or `sciml hamiltonian calibrate --operation domain`)", file=sys.stderr)
     n_rows = n_flagged = 0
-    for row in predict_files(args.inputs, predictor, args.output, args.alpha, args.reference, args.plot,
-                             progress=not args.no_progress, beta=args.beta, shift_aware=args.shift_aware,
-                             min_ess=args.min_ess, batch_size=args.batch_size, timings=timings,
-                             residual=args.residual, refine=args.refine):
+    for written in predict_files(args.inputs, predictor, args.output, args.alpha, args.reference, args.plot,
+                                 progress=not args.no_progress, beta=args.beta, shift_aware=args.shift_aware,
+                                 min_ess=args.min_ess, batch_size=args.batch_size, timings=timings,
+                                 residual=args.residual, refine=args.refine):
+        res = written.prediction
         n_rows += 1
-        n_flagged += row["in_domain"] is False
-        gap = "no gap (no virtual orbital predicted)"
-        if "gap_ev" in row:
-            mark = "" if row["interval_guarantee"] else " (no guarantee)"
-            gap = f"gap {row['gap_ev']:.3f} eV" + _interval(row["gap_ev"], row["gap_lower_ev"], row["gap_upper_ev"],
-                                                            args.alpha) + (mark if row["gap_lower_ev"] ==
-                                                                           row["gap_lower_ev"] else "")
-        domain = "" if row["domain_pvalue"] is None else f", domain p {row['domain_pvalue']:.3f}"
-        print(f"{row['source']}: HOMO {row['homo_ev']:.3f} eV, {gap}{domain}{_residual_text(row)} -> {row['folder']}",
-              flush=True)
-        if row["note"]:
-            print(f"  {row['note']}", flush=True)
+        n_flagged += res.in_domain is False
+        text, g = "no gap (no virtual orbital predicted)", res.gap
+        if g is not None:
+            gap, lower, upper = (v * HARTREE_EV for v in (g.gap, g.lower, g.upper))
+            mark = "" if res.interval_guarantee else " (no guarantee)"
+            text = f"gap {gap:.3f} eV" + _interval(gap, lower, upper, args.alpha) + (mark if lower == lower else "")
+        domain = "" if res.domain_pvalue is None else f", domain p {res.domain_pvalue:.3f}"
+        print(f"{res.source}: HOMO {res.homo * HARTREE_EV:.3f} eV, {text}{domain}{_residual_text(res)} -> "
+              f"{written.folder}", flush=True)
+        if res.note:
+            print(f"  {res.note}", flush=True)
     flagged = (f"{n_flagged} of {n_rows} out of domain (intervals marked: no guarantee)" if predictor.domain
                else "domain unknown")
     print(f"wrote {n_rows} folder(s) under {args.output}; {flagged}; energies in eV and Hartree, "
@@ -133,20 +172,19 @@ _STAGES = (("load", "load model"), ("read", "read"), ("h0_overlap", "pyscf H0+S"
            ("write", "write"))
 
 
-def _residual_text(row: dict) -> str:
-    """The row's residual or refinement, for the summary line.
+def _residual_text(res) -> str:
+    """The prediction's residual or refinement, for the summary line.
 
     ``, SCF residual 812 µHa (H MAE <= 2,030 µHa, 90%)`` for ``--residual``, ``, refined (5 Fock builds, last
     residual 31 µHa)`` for ``--refine``, else empty.
     """
-    if row.get("refine_steps"):
-        return (f", refined ({row['refine_steps']} Fock builds, last residual "
-                f"{row['refine_residuals_microhartree'][-1]:,.0f} µHa)")
-    if "scf_residual_microhartree" not in row:
+    if res.refined is not None and res.refined.steps:
+        return f", refined ({res.refined.steps} Fock builds, last residual {res.refined.residuals[-1]:,.0f} µHa)"
+    if res.residual is None:
         return ""
-    bound = row["h_mae_bound_microhartree"]
-    level = f", H MAE <= {bound:,.0f} µHa ({100 * (1 - row['h_mae_bound_alpha']):.0f}%)" if bound is not None else ""
-    return f", SCF residual {row['scf_residual_microhartree']:,.0f} µHa{level}"
+    check = res.residual
+    level = f", H MAE <= {check.bound:,.0f} µHa ({100 * (1 - check.alpha):.0f}%)" if check.bound is not None else ""
+    return f", SCF residual {check.residual:,.0f} µHa{level}"
 
 
 def timing_line(timings: dict) -> str:
@@ -180,3 +218,95 @@ def parse_timing_line(text: str) -> dict | None:
         if found:
             out[key] = float(found.group(1))
     return out
+
+
+def _check_calibrate_args(args) -> Path:
+    """Check the command line, the artifact and the data paths; return the artifact folder (no torch imported)."""
+    import json
+
+    import yaml
+
+    from sciml.core.io.shipped import resolve_model
+
+    check_alpha_arg(args.alpha)
+    if args.steps < 1:
+        raise ValueError(f"--steps must be >= 1 Fock builds, got {args.steps}")
+    if bool(args.extra_calib) != bool(args.declared_domain):
+        raise ValueError("--extra-calib and --declared-domain go together: say in words which inputs the extra "
+                         "calibration structures stand for (it is written to the model card)")
+    if args.extra_calib and args.operation != "domain":
+        raise ValueError("--extra-calib and --declared-domain apply to --operation domain")
+    folder = resolve_model(args.model)
+    if args.output is None and not Path(args.model).exists():
+        raise ValueError(f"{args.model} is a shipped model: pass --output DIR to write a calibrated copy")
+    if args.output is not None and Path(args.output).exists():
+        raise FileExistsError(f"{args.output} already exists; choose another --output")
+    meta_file = folder / "metadata.json"
+    try:
+        meta = json.loads(meta_file.read_text())
+    except (OSError, ValueError):
+        raise ValueError(f"{meta_file}: missing or unreadable; not a sciml model folder") from None
+    if meta.get("task") != "hamiltonian" or meta.get("periodic"):
+        raise ValueError(f"{meta_file}: not a molecule Hamiltonian model (task {meta.get('task')!r}, periodic "
+                         f"{bool(meta.get('periodic'))}); calibrate operations are for molecule models")
+    if args.operation == "refine":
+        _check_refine_data(folder, args.data)
+    elif args.data is not None:
+        require_inputs([args.data], "file or folder", "give the model's training data (npz file or folder)")
+    else:
+        recorded = ((yaml.safe_load((folder / "config.yaml").read_text()) or {}).get("data") or {}).get("path")
+        if not recorded or not Path(recorded).exists():
+            raise FileNotFoundError(f"{recorded}: the training data recorded in {folder / 'config.yaml'} is not "
+                                    "there; pass its location with --data")
+    if args.extra_calib:
+        require_inputs(args.extra_calib, "file", "give npz files of `sciml data hamiltonian`")
+    return folder
+
+
+def _check_refine_data(folder: Path, data: str | None) -> None:
+    """``--data`` of ``--operation refine``: a folder of npz files, all of the model's calibration molecules."""
+    import json
+
+    if data is None:
+        raise ValueError("--operation refine needs --data: a folder of data set files (one npz per molecule) of the "
+                         "model's calibration molecules")
+    require_inputs([data], "folder", "give a folder of npz files of the calibration molecules")
+    files = sorted(Path(data).glob("*.npz"))
+    if not files:
+        raise ValueError(f"{data}: no .npz files; make the calibration molecules with `sciml data hamiltonian`")
+    residual = folder / "residual.json"
+    molecules = json.loads(residual.read_text()).get("molecules") if residual.is_file() else None
+    if not molecules:
+        raise ValueError(f"{residual}: missing or names no calibration molecules; run `sciml hamiltonian calibrate "
+                         "--operation residual` first")
+    outside = [f.stem for f in files if f.stem not in molecules]
+    if outside:
+        raise ValueError(f"{data}: {', '.join(outside)} are not calibration molecules of {folder} (those are "
+                         f"{', '.join(molecules)}); calibrate on them only")
+
+
+def run_calibrate(args, overrides: list[str]) -> int:
+    """Run the operation on the artifact (or a copy), print what it fitted and where it wrote it."""
+    _check_calibrate_args(args)
+    import torch
+
+    from sciml.cli.feedback import stage
+    from sciml.hamiltonian.calibrate import add_domain, add_refine_calibration, add_residual_bound, target_folder
+
+    torch.set_num_threads(args.threads)
+    stage("hamiltonian calibrate", f"{args.operation} of {args.model} ...")
+    with target_folder(args.model, args.output) as folder:
+        if args.operation == "domain":
+            m = add_domain(folder, args.data, args.alpha, args.score, extra_calib=args.extra_calib,
+                           declared_domain=args.declared_domain)
+            done = (f"domain.json and calibrator.json (test coverage {m['test_coverage']:.3f}, flag rate "
+                    f"{m['test_flag_rate']:.3f})")
+        elif args.operation == "residual":
+            s = add_residual_bound(folder, args.data, args.alpha)
+            done = f"residual.json (q = {s['quantile']:.3g} from {s['n_molecules']} calibration molecules)"
+        else:
+            s = add_refine_calibration(folder, args.data, args.steps, args.alpha)
+            done = (f"refine_calibrator.json (K = {s['steps']}, median half-width {s['median_half_width_mev']:.1f} "
+                    f"meV over {s['n_structures']} conformers)")
+    print(f"wrote {done} to {args.output or folder}")
+    return 0

@@ -1,15 +1,44 @@
-"""Electronic-structure Hamiltonians: orbital layout, data, equivariant model, prediction.
+"""Electronic-structure Hamiltonians: public Python API.
 
-Public data API (numpy-only at import; torch, e3nn, pyscf and h5py are imported inside the functions that need
-them): :class:`OrbitalLayout` (pyscf <-> e3nn basis), :class:`HamiltonianStructure` (DeepH-keyed blocks in e3nn
-order, Hartree), the shared npz format (:func:`read_npz`, :func:`write_npz`), the DeepH folder layout
-(:func:`read_deeph`, :func:`write_deeph`) and Bloch sums for crystals (:mod:`sciml.hamiltonian.periodic`).
+>>> from sciml.hamiltonian import predict
+>>> results = predict(["examples/hamiltonian/water.xyz"], model="water-pbe-def2svp")  # doctest: +SKIP
+>>> results[0].gap.gap  # HOMO–LUMO gap, Hartree  # doctest: +SKIP
+
+Models: :func:`load_model` (molecule and crystal models), :func:`predict` (molecules, typed
+:class:`MoleculePrediction` results). Data: :class:`OrbitalLayout` (pyscf <-> e3nn basis),
+:class:`HamiltonianStructure` (DeepH-keyed blocks in e3nn order, Hartree), the npz format (:func:`read_npz`,
+:func:`write_npz`), the DeepH folder layout (:func:`read_deeph`, :func:`write_deeph`); Bloch sums for crystals in
+:mod:`sciml.hamiltonian.periodic`. The names are imported on first use (PEP 562), so ``import sciml.hamiltonian``
+does not pay for torch, e3nn or pyscf until a model is needed.
 """
 
-from sciml.hamiltonian.data.deeph import read_deeph, read_deeph_tree, write_deeph
-from sciml.hamiltonian.data.npz import read_npz, write_npz
-from sciml.hamiltonian.orbitals import OrbitalLayout, block_wigner, wigner_D
-from sciml.hamiltonian.structure import HamiltonianStructure
+from __future__ import annotations
 
-__all__ = ["HamiltonianStructure", "OrbitalLayout", "block_wigner", "read_deeph", "read_deeph_tree", "read_npz",
-           "wigner_D", "write_deeph", "write_npz"]
+import sys
+import types
+
+from sciml.core.lazy import lazy_exports
+
+#: public name -> module defining it
+_EXPORTS = {"HamiltonianPredictor": "sciml.hamiltonian.artifact", "load_model": "sciml.hamiltonian.artifact",
+            "MoleculePrediction": "sciml.hamiltonian.results", "predict": "sciml.hamiltonian.predict",
+            "HamiltonianStructure": "sciml.hamiltonian.structure", "OrbitalLayout": "sciml.hamiltonian.orbitals",
+            "block_wigner": "sciml.hamiltonian.orbitals", "wigner_D": "sciml.hamiltonian.harmonics",
+            "read_deeph": "sciml.hamiltonian.data.deeph", "read_deeph_tree": "sciml.hamiltonian.data.deeph",
+            "write_deeph": "sciml.hamiltonian.data.deeph", "read_npz": "sciml.hamiltonian.data.npz",
+            "write_npz": "sciml.hamiltonian.data.npz"}
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+
+class _Package(types.ModuleType):
+    """Keeps ``sciml.hamiltonian.predict`` the function when the submodule of the same name gets imported."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if isinstance(value, types.ModuleType) and value.__name__ == f"{__name__}.{name}" and name in _EXPORTS:
+            value = getattr(value, name)  # the import system binds the submodule; the public name wins
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

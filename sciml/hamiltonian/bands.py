@@ -65,12 +65,12 @@ def structure_from_file(path, predictor, threads: int = 1) -> HamiltonianStructu
     """Read a crystal structure file and build its H0(R) and S(R) with pyscf.pbc at the model's settings."""
     from sciml.core.structures import read_structure
     from sciml.hamiltonian.data.gen_crystal import CrystalSettings, crystal_zeroth_step
-    from sciml.hamiltonian.data.generate import import_pyscf
-    from sciml.hamiltonian.predict import check_elements
+    from sciml.hamiltonian.inputs import check_elements
+    from sciml.hamiltonian.scf.h0 import import_pyscf
 
     st = read_structure(path)
     numbers = np.array([site.specie.Z for site in st], dtype=np.int64)
-    check_elements(numbers, predictor.layout, str(path))
+    check_elements(numbers, predictor.layout, str(path), periodic=True)
     import_pyscf()
     gen = {k: tuple(v) if isinstance(v, list) else v for k, v in predictor.generator.items() if v is not None or
            k in ("cutoff", "ke_cutoff")}

@@ -102,17 +102,15 @@ def test_bad_inputs_are_one_line_errors(tiny_run, tmp_path, capsys):
     assert "not a sciml model folder" in capsys.readouterr().err
 
 
-def test_other_basis_and_missing_overlap_are_errors(tiny_run):
+def test_other_basis_is_an_error(tiny_run):
     pytest.importorskip("pyscf")
     from sciml.hamiltonian.artifact import load_model
-    from sciml.hamiltonian.predict import structure_from_matrices, zeroth_step
+    from sciml.hamiltonian.scf.molecule import zeroth_step
 
     predictor = load_model(tiny_run["artifact"])
     numbers = np.array([8, 1, 1])
-    with pytest.raises(ValueError, match="trained with"):
+    with pytest.raises(ValueError, match="water.xyz: basis 'sto-3g' gives shells .* trained with"):
         zeroth_step(numbers, tiny_run["pos"], "sto-3g", "pbe", predictor.layout, "water.xyz")
-    with pytest.raises(ValueError, match="missing overlap S"):
-        structure_from_matrices(numbers, tiny_run["pos"], {"H0": tiny_run["h"], "S": None}, predictor.layout, 5, "x")
 
 
 @pytest.mark.skipif(not SHIPPED.is_dir(), reason="no shipped water checkpoint")
@@ -133,12 +131,12 @@ def test_shipped_water_model_is_accurate_on_a_dataset_conformer(tmp_path):
 
 @pytest.mark.skipif(not SHIPPED.is_dir(), reason="no shipped water checkpoint")
 def test_missing_pyscf_is_a_one_line_error(tmp_path, capsys, monkeypatch):
-    import sciml.hamiltonian.data.generate as generate
+    import sciml.hamiltonian.scf.h0 as h0
 
     def no_pyscf():
         raise ImportError("pyscf is not installed; install the quantum extra: pip install 'sciml[quantum]'")
 
-    monkeypatch.setattr(generate, "import_pyscf", no_pyscf)
+    monkeypatch.setattr(h0, "import_pyscf", no_pyscf)
     xyz = write_xyz(tmp_path / "w.xyz", "OHH", [[0, 0, 0.12], [0, 0.76, -0.47], [0, -0.76, -0.47]])
     assert main(["hamiltonian", "predict", str(xyz), "--output", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
@@ -189,7 +187,7 @@ def test_crystal_fit_export_and_predict_a_held_out_crystal_cli(tmp_path, capsys)
 def test_each_frame_of_a_multi_frame_xyz_is_one_molecule(tmp_path, capsys):
     """Frame k of ``traj.xyz`` is predicted as if it were its own file, into ``traj_000k``; no --reference pairing."""
     pytest.importorskip("pyscf")
-    from sciml.hamiltonian.predict import read_xyz
+    from sciml.hamiltonian.inputs import read_xyz
 
     numbers, pos = read_xyz(ROOT / "examples" / "hamiltonian" / "water.xyz")
     frames = [pos, pos + np.array([[0.0, 0.0, 0.0], [0.02, 0.0, 0.0], [0.0, -0.02, 0.01]])]

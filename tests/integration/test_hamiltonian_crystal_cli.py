@@ -123,12 +123,12 @@ def test_bad_crystal_inputs(fitted, tmp_path, capsys, monkeypatch):
     assert main(["hamiltonian", "predict", "--model", str(tmp_path / "old_model"), str(poscar), "--output",
                  str(tmp_path / "o")]) == 2
     assert "stores no pyscf.pbc generator settings" in capsys.readouterr().err
-    import sciml.hamiltonian.data.generate as generate
+    import sciml.hamiltonian.scf.h0 as h0
 
     def no_pyscf():
         raise ImportError("pyscf is not installed; install the extra: pip install 'sciml[quantum]'")
 
-    monkeypatch.setattr(generate, "import_pyscf", no_pyscf)
+    monkeypatch.setattr(h0, "import_pyscf", no_pyscf)
     assert main(["hamiltonian", "predict", "--model", model, str(poscar), "--output", str(tmp_path / "o")]) == 2
     assert "pyscf" in capsys.readouterr().err
 

@@ -102,7 +102,8 @@ def test_fit_export_predict_unseen_molecule(folder, tmp_path):
 
     from sciml.hamiltonian.artifact import load_model
     from sciml.hamiltonian.data.gen_molecules import builtin_molecule
-    from sciml.hamiltonian.predict import predict_structures, structure_from_matrices, zeroth_step
+    from sciml.hamiltonian.predict import molecule_structure, predict_structures
+    from sciml.hamiltonian.scf.molecule import zeroth_step
 
     root = Path(__file__).resolve().parents[2]
     cfg = yaml.safe_load((root / "configs" / "hamiltonian" / "organic.yaml").read_text())
@@ -131,7 +132,7 @@ def test_fit_export_predict_unseen_molecule(folder, tmp_path):
     assert bool((out_w == 0).all()) == (not check["network_used"])
     assert "Network" in (artifact / "README.md").read_text()
     numbers, pos = builtin_molecule("CH3OH")  # 9 occupied orbitals: more than any calibration molecule here
-    mats = zeroth_step(numbers, pos, "sto-3g", "pbe", predictor.layout, "CH3OH", h0=predictor.h0)
-    res = predict_structures([structure_from_matrices(numbers, pos, mats, predictor.layout, 9, "CH3OH")], predictor,
+    step = zeroth_step(numbers, pos, "sto-3g", "pbe", predictor.layout, "CH3OH", h0=predictor.h0)
+    res = predict_structures([molecule_structure(numbers, pos, step, predictor.layout, "CH3OH")], predictor,
                              alpha=0.5)  # 12 tiny structures: α = 0.1 would give infinite widths
-    assert np.isfinite(res[0]["lower"]).all() and "deepest calibration group" in res[0]["note"]
+    assert np.isfinite(res[0].lower).all() and "deepest calibration group" in res[0].note

@@ -30,10 +30,10 @@ def _reference(tmp_path: Path) -> tuple[Path, np.ndarray]:
     from pyscf import gto
 
     from sciml.hamiltonian.data.generate import SCFSettings, run_molecule_scf
+    from sciml.hamiltonian.inputs import read_xyz
     from sciml.hamiltonian.scf.h0 import fock_solver
-    from sciml.hamiltonian.scf.two_grid import TwoGridFock
-    from sciml.hamiltonian.predict import read_xyz
     from sciml.hamiltonian.scf.refine import refine
+    from sciml.hamiltonian.scf.two_grid import TwoGridFock
 
     numbers, pos = read_xyz(EXAMPLE)
     path = tmp_path / "reference.npy"

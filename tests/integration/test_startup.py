@@ -117,7 +117,8 @@ def test_infinite_interval_note():
 def test_hamiltonian_predict_path_skips_dynamo_pandas_and_pymatgen():
     """Loading an equivariant model and reading an .xyz import none of them (1.2, 0.4 and 0.5 s of each command)."""
     code = ("from sciml.hamiltonian.artifact import load_model\n"
-            "from sciml.hamiltonian.predict import check_elements, read_xyz\n"
+            "from sciml.hamiltonian.inputs import check_elements, read_xyz\n"
+            "import sciml.hamiltonian.predict\n"
             "p = load_model('checkpoints/water-pbe-def2svp')\n"
             "numbers, pos = read_xyz('examples/hamiltonian/water.xyz')\n"
             "check_elements(numbers, p.layout, 'water.xyz')\n"

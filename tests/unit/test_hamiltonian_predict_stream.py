@@ -36,7 +36,7 @@ def waters(tmp_path_factory):
     return {"tmp": tmp, "paths": paths, "predictor": load_model(DEFAULT_MODEL)}
 
 
-def run(waters, name: str, **kwargs) -> tuple[list[dict], dict]:
+def run(waters, name: str, **kwargs) -> tuple[list, dict]:
     from sciml.hamiltonian.predict import predict_files
 
     timings: dict = {}
@@ -57,11 +57,11 @@ def test_chunks_follow_batch_size_and_pair_budget(waters):
     for stage in ("read", "h0_overlap", "network", "write"):
         assert t_whole[stage] > 0
     for rows in (pairs, whole):
-        assert [r["source"] for r in rows] == [str(p) for p in waters["paths"]]  # input order kept
+        assert [r.prediction.source for r in rows] == [str(p) for p in waters["paths"]]  # input order kept
         for a, b in zip(alone, rows, strict=True):
-            assert np.abs(np.subtract(a["orbital_energies_hartree"], b["orbital_energies_hartree"])).max() < TOL
-            ha = np.load(f"{a['folder']}/hamiltonian.npy")
-            assert np.abs(ha - np.load(f"{b['folder']}/hamiltonian.npy")).max() < TOL
+            assert np.abs(a.prediction.orbital_energies - b.prediction.orbital_energies).max() < TOL
+            ha = np.load(a.folder / "hamiltonian.npy")
+            assert np.abs(ha - np.load(b.folder / "hamiltonian.npy")).max() < TOL
 
 
 def test_large_molecule_goes_alone(waters):

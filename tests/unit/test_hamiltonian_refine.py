@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sciml.hamiltonian.scf.refine import anderson_weights, occupied_density, refine
+from sciml.hamiltonian.scf.refine import anderson_weights, density_matrix, refine
 
 WATER = (np.array([8, 1, 1]), np.array([[0.0, 0.0, 0.117], [0.0, 0.757, -0.469], [0.0, -0.757, -0.469]]))
 
@@ -50,7 +50,7 @@ def test_cached_ao_values_give_the_same_fock_matrices():
     plain, cached = _water_solver(), _water_solver(keep_factors=True)
     cached._numint = numint_cache.CachedNumInt(64.0)
     guess = plain.get_init_guess(key="minao")
-    _, other = occupied_density(plain.get_fock(dm=guess), plain.get_ovlp(), 5)
+    other = density_matrix(plain.get_fock(dm=guess), plain.get_ovlp(), 5)
     for dens in (guess, other, guess):  # the second and third builds replay the cached AO values
         np.testing.assert_allclose(cached.get_fock(dm=dens), plain.get_fock(dm=dens), rtol=0, atol=1e-10)
     assert cached._numint.cached_bytes > 0 and cached.with_df.nbytes > 0
@@ -80,7 +80,7 @@ def test_two_grid_builds_equal_h0_at_its_density_and_differ_by_the_grid_correcti
     coarse = builds._coarse
     assert coarse.grids.weights.size < fine.grids.weights.size and coarse.with_df is fine.with_df
     assert builds.nbytes > fine.with_df.nbytes  # the coarse AO values are kept
-    _, other = occupied_density(h0, fine.get_ovlp(), 5)
+    other = density_matrix(h0, fine.get_ovlp(), 5)
     delta = lambda d: fine.get_fock(dm=d) - coarse.get_fock(dm=d)  # noqa: E731
     np.testing.assert_allclose(builds(other) - fine.get_fock(dm=other), delta(d0) - delta(other), rtol=0,
                                atol=1e-10)
@@ -133,7 +133,7 @@ def test_two_grid_refinement_lands_within_the_change_of_the_grid_correction():
     builds = TwoGridFock(mf, h0, d0, cache_mb=64.0)
     out = refine(h0, builds, s, 5, 15)
     assert out.residuals[-1] < 1e-3 * out.residuals[0]  # converged on the two-grid map
-    _, d_scf = occupied_density(scf, s, 5)
+    d_scf = density_matrix(scf, s, 5)
     coarse = builds._coarse
     change = np.abs((h0 - coarse.get_fock(dm=d0)) - (scf - coarse.get_fock(dm=d_scf))).mean()
     off = np.abs(out.hamiltonian - scf).mean()  # water: 30 µHa, the change 27 µHa, H0 16 mHa off
@@ -173,7 +173,7 @@ def test_refine_refuses_bad_settings(steps, beta, depth, match):
 def test_refined_calibration_refuses_molecules_outside_the_calibration_split(tmp_path):
     from pathlib import Path
 
-    from sciml.hamiltonian.scf.refine_calibration import add_refine_calibration
+    from sciml.hamiltonian.calibrate import add_refine_calibration
 
     organic = Path(__file__).resolve().parents[2] / "checkpoints" / "organic-pbe-def2svp"
     if not organic.is_dir():

@@ -215,7 +215,8 @@ def generate_crystals(name: str, n: int, sigma: float, seed: int, settings: Crys
     Returns ``{"computed", "skipped", "folder"}``; structure k is ``<out>/deeph/<name>/<k:05d>``.
     """
     from sciml.hamiltonian.data.gen_molecules import displaced_conformers
-    from sciml.hamiltonian.data.generate import check_settings, import_pyscf, run_pool
+    from sciml.hamiltonian.data.generate import check_settings, run_pool
+    from sciml.hamiltonian.scf.h0 import import_pyscf
 
     import_pyscf()
     _, base, _ = builtin_crystal(name)

@@ -16,14 +16,10 @@ from pathlib import Path
 import numpy as np
 
 from sciml.core.io.atomic import atomic_write_text
-from sciml.core.optional import require
+from sciml.hamiltonian.scf.h0 import import_pyscf
 
-__all__ = ["MoleculeJob", "SCFSettings", "check_settings", "generate_molecules", "import_pyscf", "run_molecule_scf",
+__all__ = ["MoleculeJob", "SCFSettings", "check_settings", "generate_molecules", "run_molecule_scf",
            "run_pool"]
-
-def import_pyscf():
-    """Import pyscf or raise a one-line ImportError naming the ``quantum`` extra."""
-    return require("pyscf", "quantum")
 
 
 @dataclass(frozen=True)

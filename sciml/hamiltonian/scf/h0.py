@@ -4,17 +4,15 @@
 build it, recorded with the data and the model so that prediction builds H0 the way training did:
 
 ``"full"``
-    Exact four-centre Coulomb, XC on the SCF's grid (``grid_level``, default 3): the shared data's H0.
+    Exact four-centre Coulomb, XC on the SCF's grid (``grid_level``, default 3).
 ``"fast"``
     Coulomb by density fitting (``def2-universal-jfit``, :class:`~sciml.hamiltonian.scf.coulomb_fit.CoulombFit`;
     ``-jkfit`` and pyscf's ``DF`` when exact exchange is needed: Hartree–Fock and hybrid functionals), XC on grid
-    level 1. For uracil (132 AOs) it is ~5x
-    cheaper than ``"full"`` and differs from it by a mean |ΔH0| ≈ 2 µHa (max ≈ 0.15 mHa), far below
-    |H − H0| ≈ 6–17 mHa; the model learns ``H − H0`` for the H0 it is given, so training and prediction must agree.
-    Its XC integral runs over the grid in blocks of about :data:`XC_WORK_MB` (the DF Coulomb keeps pyscf's memory
-    limit): pyscf otherwise evaluates all grid points at once in a fresh buffer (330 MB for indole), and the page
-    faults of that allocation cost 0.3–0.5 s on some molecules and not on others. Indole's H0 + S: 0.93 s per
-    molecule instead of 0.9–1.6 s; the sum is the same up to rounding (|ΔH0| < 1e-12 Ha).
+    level 1. Several times cheaper than ``"full"`` on organic molecules, and the difference is far below
+    ``|H − H0|`` (``docs/hamiltonian.md``); the model learns ``H − H0`` for the H0 it is given, so training and
+    prediction must agree. Its XC integral runs over the grid in blocks of about :data:`XC_WORK_MB` (the DF Coulomb
+    keeps pyscf's memory limit): pyscf otherwise evaluates all grid points at once in a fresh buffer, whose page
+    faults cost more than the integral on some molecules; the sum is the same up to rounding.
 
 A solver that builds many Fock matrices of one molecule (the refinement of :mod:`sciml.hamiltonian.scf.refine`) asks
 ``fock_solver(..., keep_factors=True)``: the density-fitting factors are computed once and kept in memory, so that
@@ -26,13 +24,20 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["H0_METHODS", "check_h0_method", "fock_solver", "zeroth_step_matrices"]
+__all__ = ["H0_METHODS", "check_h0_method", "fock_solver", "import_pyscf", "zeroth_step_matrices"]
 
 #: method -> (density-fitted Coulomb, XC grid level or None for the caller's)
 H0_METHODS = {"full": (False, None), "fast": (True, 1)}
 JFIT, JKFIT = "def2-universal-jfit", "def2-universal-jkfit"
 #: working memory (MB) of the ``"fast"`` XC integral's grid blocks, above what the process already holds
 XC_WORK_MB = 64
+
+
+def import_pyscf():
+    """Import pyscf or raise a one-line ImportError naming the ``quantum`` extra."""
+    from sciml.core.optional import require
+
+    return require("pyscf", "quantum")
 
 
 def check_h0_method(method: str) -> str:

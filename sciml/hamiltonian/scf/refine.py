@@ -1,7 +1,7 @@
 r"""Self-consistent refinement of a predicted Hamiltonian: a few Fock builds with Anderson mixing.
 
 The Kohn–Sham Hamiltonian is the fixed point of ``g(H) = F[D(H)]``: diagonalise ``H C = S C ε``, fill the lowest
-``n_occ`` orbitals (``D = 2 C_occ C_occᵀ``), build the Fock matrix of that density. A prediction ``H_0`` near the
+``n_occ`` orbitals (:func:`density_matrix`), build the Fock matrix of that density. A prediction ``H_0`` near the
 fixed point is refined by ``steps`` builds of ``g`` combined by Anderson mixing (Anderson 1965; Walker & Ni 2011,
 SIAM J. Numer. Anal. 49, 1715): with residuals ``r_i = g(H_i) − H_i`` of the last ``depth`` iterates,
 
@@ -9,11 +9,10 @@ SIAM J. Numer. Anal. 49, 1715): with residuals ``r_i = g(H_i) − H_i`` of the l
 
 (the first step is ``H_1 = H_0 + β r_0``). Each step costs one Fock build made the model's H0 way, its XC on a
 coarse grid corrected to the H0 build's (:class:`sciml.hamiltonian.scf.two_grid.TwoGridFock`), so the refined H
-converges to the SCF solution of that build, which differs from the reference SCF by the H0 method's error
-(``"fast"``: a mean 3–16 µHa on the held-out molecules, ``docs/hamiltonian.md``) and the change of the grid
-correction between the SAD and the SCF density (a few µHa). On those molecules 5 steps from the organic model's
-prediction bring the H MAE from 2,637 to 30 µHa; 5 steps from H0 itself reach 37 µHa and from the ridge alone
-28 µHa, so the accuracy comes from the builds, not from the network.
+converges to the SCF solution of that build, which differs from the reference SCF by the H0 method's error and by
+the change of the grid correction between the SAD and the SCF density. How close a few builds bring the network's
+prediction, and how that compares with starting from H0 or the ridge alone: ``docs/hamiltonian.md`` and
+``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
@@ -48,13 +47,13 @@ class Refinement:
     history: list[np.ndarray] = field(default_factory=list)
 
 
-def occupied_density(h: np.ndarray, s: np.ndarray, n_occupied: int) -> tuple[np.ndarray, np.ndarray]:
-    """Orbital energies ``(nao,)`` of ``H C = S C ε`` and the closed-shell density ``2 C_occ C_occᵀ`` (nao, nao)."""
+def density_matrix(h: np.ndarray, s: np.ndarray, n_occupied: int) -> np.ndarray:
+    """Closed-shell density ``2 C_occ C_occᵀ`` (nao, nao) of ``H C = S C ε`` for ``H``, ``S`` (nao, nao)."""
     from scipy.linalg import eigh
 
-    eps, c = eigh(h, s)
+    _, c = eigh(h, s)
     occ = c[:, :n_occupied]
-    return eps, 2.0 * occ @ occ.T
+    return 2.0 * occ @ occ.T
 
 
 def anderson_weights(residuals: list[np.ndarray]) -> np.ndarray:
@@ -98,7 +97,7 @@ def refine(h: np.ndarray, fock, s: np.ndarray, n_occupied: int, steps: int, beta
         raise ValueError(f"need 0 < beta <= 1 and depth >= 1, got beta={beta}, depth={depth}")
     iterates, residuals, means, history = [], [], [], []
     for _ in range(steps):
-        _, dens = occupied_density(h, s, n_occupied)
+        dens = density_matrix(h, s, n_occupied)
         r = fock(dens) - h
         means.append(float(np.abs(r).mean() * 1e6))
         iterates, residuals = (iterates + [h])[-depth:], (residuals + [r])[-depth:]

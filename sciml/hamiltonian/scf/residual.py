@@ -28,33 +28,25 @@ import torch
 from sciml.uq.quantile import check_alpha, conformal_quantile
 
 RESIDUAL_FILE = "residual.json"
-#: per-molecule fields of :func:`residual_fields` (``predict --residual``) in ``eigenvalues.json``
-RESIDUAL_KEYS = ("scf_residual_microhartree", "h_mae_bound_microhartree", "h_mae_bound_alpha")
-
-
-def density_matrix(h: np.ndarray, s: np.ndarray, n_occupied: int) -> np.ndarray:
-    """Closed-shell density ``2 C_occ C_occᵀ`` (nao, nao) of ``H C = S C ε`` for ``H``, ``S`` (nao, nao)."""
-    from scipy.linalg import eigh
-
-    _, c = eigh(h, s)
-    occ = c[:, :n_occupied]
-    return 2.0 * occ @ occ.T
 
 
 def scf_residual(numbers, positions, h_pyscf: np.ndarray, basis: str, xc: str, h0: str = "full",
-                 grid_level: int = 3) -> float:
+                 grid_level: int = 3, source: str = "input") -> float:
     """``r(H)`` in µHa (module docstring) of ``h_pyscf`` (nao, nao; pyscf AO order, Hartree).
 
-    ``numbers`` (N,), ``positions`` (N, 3) Å; ``h0``: how F is built (the model's H0 method).
+    ``numbers`` (N,), ``positions`` (N, 3) Å; ``h0``: how F is built (the model's H0 method); ``source`` names the
+    molecule in errors.
     """
     from pyscf import gto
 
     from sciml.hamiltonian.scf.h0 import fock_solver
+    from sciml.hamiltonian.scf.refine import density_matrix
 
     mol = gto.M(atom=[(int(z), tuple(map(float, p))) for z, p in zip(numbers, positions, strict=True)],
                 basis=basis, unit="Angstrom", verbose=0)
     if h_pyscf.shape != (mol.nao, mol.nao):
-        raise ValueError(f"H has shape {h_pyscf.shape}; basis {basis!r} gives {mol.nao} orbitals for this molecule")
+        raise ValueError(f"{source}: H has shape {h_pyscf.shape}; basis {basis!r} gives {mol.nao} orbitals for this "
+                         "molecule")
     mf = fock_solver(mol, xc, grid_level, h0)
     dens = density_matrix(h_pyscf, mf.get_ovlp(), mol.nelectron // 2)
     return float(np.abs(mf.get_fock(dm=dens) - h_pyscf).mean() * 1e6)
@@ -106,25 +98,37 @@ class ResidualBound:
         return cls(float(data["alpha"]), scores, [str(m) for m in data.get("molecules", [])])
 
 
-def residual_fields(structure, result: dict, predictor, alpha: float | None) -> dict:
-    """``scf_residual_microhartree`` of one prediction and, when ``predictor.residual`` is fitted, its H MAE bound.
+@dataclass(frozen=True)
+class ResidualCheck:
+    """The SCF residual of one prediction and, with a fitted :class:`ResidualBound`, its bound on the H MAE.
 
-    ``structure``: the input (numbers, positions); ``result``: its row of
-    :func:`sciml.hamiltonian.predict.predict_structures`; ``alpha``: level of the bound (the model's by default).
-    Adds a sentence to ``note`` saying what the bound means.
+    Attributes
+    ----------
+    residual : ``r(H)``, µHa.
+    bound : ``q · r(H)``, µHa; None without ``residual.json`` or with too few calibration molecules at ``alpha``.
+    alpha : the level of the bound (None without ``residual.json``).
+    text : one sentence saying what the bound means (empty without ``residual.json``).
+
     """
-    h = predictor.layout.to_pyscf(result["hamiltonian"], structure.numbers)
-    r = scf_residual(structure.numbers, structure.positions, h, predictor.basis, predictor.xc, predictor.h0)
-    out = {"scf_residual_microhartree": r}
-    fitted = getattr(predictor, "residual", None)
+
+    residual: float
+    bound: float | None = None
+    alpha: float | None = None
+    text: str = ""
+
+
+def check_residual(residual: float, fitted: ResidualBound | None, alpha: float | None) -> ResidualCheck:
+    """:class:`ResidualCheck` of a prediction whose residual is ``residual`` (µHa).
+
+    ``fitted``: the artifact's bound (``residual.json``) or None; ``alpha``: level of the bound (the fitted one by
+    default).
+    """
     if fitted is None:
-        return out | {"h_mae_bound_microhartree": None, "h_mae_bound_alpha": None}
+        return ResidualCheck(residual)
     level = fitted.alpha if alpha is None else alpha
-    bound = fitted.bound(r, level)
-    text = (f"SCF residual {r:.0f} µHa: H MAE <= {bound:.0f} µHa with probability >= {1 - level:.2f} for molecules "
-            f"drawn like the {len(fitted.scores)} calibration molecules" if math.isfinite(bound) else
-            f"SCF residual {r:.0f} µHa: too few calibration molecules ({len(fitted.scores)}) for an H MAE bound at "
-            f"alpha {level:g}")
-    note = result.get("note") or ""
-    return out | {"h_mae_bound_microhartree": bound if math.isfinite(bound) else None, "h_mae_bound_alpha": level,
-                  "note": f"{note}; {text}" if note else text}
+    bound = fitted.bound(residual, level)
+    text = (f"SCF residual {residual:.0f} µHa: H MAE <= {bound:.0f} µHa with probability >= {1 - level:.2f} for "
+            f"molecules drawn like the {len(fitted.scores)} calibration molecules" if math.isfinite(bound) else
+            f"SCF residual {residual:.0f} µHa: too few calibration molecules ({len(fitted.scores)}) for an H MAE "
+            f"bound at alpha {level:g}")
+    return ResidualCheck(residual, bound if math.isfinite(bound) else None, level, text)
