@@ -1,7 +1,7 @@
 """Strict validation shared by the calibrators: constructor arguments, ``from_dict`` payloads and buffers.
 
 One owner for these checks so that every calibrator fails the same way, with a ``ValueError`` naming the
-offending field and the fix.
+offending field.
 """
 
 from __future__ import annotations
