@@ -45,6 +45,8 @@ __all__ = ["OPERATIONS", "add_domain", "add_refine_calibration", "add_residual_b
            "target_folder"]
 
 OPERATIONS = ("domain", "residual", "refine")
+#: model-card sections of the extra files that depend on the weights only (kept when the domain test is refitted)
+SECTIONS = {RESIDUAL_FILE: "SCF residual bound", REFINE_FILE: "Intervals of refined predictions"}
 
 
 @contextmanager
@@ -71,6 +73,19 @@ def target_folder(model: str | Path, output: str | Path | None) -> Iterator[Path
         shutil.rmtree(work, ignore_errors=True)
 
 
+def _card_section(card: str, title: str) -> str | None:
+    """The body of the ``## title`` section of a Markdown model card (None without one)."""
+    lines = card.splitlines()
+    if f"## {title}" not in lines:
+        return None
+    body = []
+    for line in lines[lines.index(f"## {title}") + 1:]:
+        if line.startswith("## "):
+            break
+        body.append(line)
+    return "\n".join(body)
+
+
 def add_domain(path: str | Path, data_path: str | None = None, alpha: float = 0.1, score: str = "normalized",
                domain: dict | None = None, extra_calib: list[str | Path] | None = None,
                declared_domain: str | None = None) -> dict:
@@ -82,7 +97,8 @@ def add_domain(path: str | Path, data_path: str | None = None, alpha: float = 0.
     0.10 --rotate --seed 7``) that widen the declared domain (:func:`read_extra`; split between reference and
     calibration by ``domain["extra_holdout"]``, default 0.5); ``declared_domain`` says in words what they cover
     (required with ``extra_calib``; written to the card). Rewrites ``calibrator.json``, ``domain.json``, the
-    metrics in ``metadata.json`` and the card; ``weights.safetensors`` and ``config.yaml`` are copied unchanged.
+    metrics in ``metadata.json`` and the card; ``weights.safetensors``, ``config.yaml`` and the other extra files
+    (``residual.json``, ``refine_calibrator.json``: they depend on the weights only) are kept unchanged.
     Returns the new metrics.
     """
     art = load_artifact(path, task="hamiltonian")
@@ -111,8 +127,14 @@ def add_domain(path: str | Path, data_path: str | None = None, alpha: float = 0.
                 if records else "") + "; the weights are unchanged (same sha256).\n")
     reserved = ("format_version", "versions", "weights_sha256", "extra_files")
     meta = {k: v for k, v in art.metadata.items() if k not in reserved} | {"metrics": metrics}
+    kept = {name: content for name, content in art.extras.items() if name != DOMAIN_FILE}  # residual, refine
+    old_card = (art.path / "README.md").read_text()
+    for name, title in SECTIONS.items():
+        body = _card_section(old_card, title)
+        if name in kept and body is not None:
+            card = with_card_section(card, title, body)
     save_artifact(art.path, config=art.config, state_dict=art.state_dict, metadata=meta, calibrator=cal.to_dict(),
-                  card=card, extras={DOMAIN_FILE: dom.to_dict()})
+                  card=card, extras=kept | {DOMAIN_FILE: dom.to_dict()})
     if load_artifact(art.path).metadata["weights_sha256"] != art.metadata["weights_sha256"]:
         raise RuntimeError(f"{path}: rewriting changed weights.safetensors; restore it from version control")
     return metrics
@@ -145,7 +167,7 @@ def add_residual_bound(path: str | Path, data_path: str | None = None, alpha: fl
     summary = {"alpha": alpha, "n_molecules": len(bound.scores), "n_structures": len(structures),
                "quantile": bound.quantile(), "median_ratio": float(np.median([x for v in ratios.values() for x in v])),
                "seconds": round(time.perf_counter() - start, 1)}
-    card = with_card_section((Path(path) / "README.md").read_text(), "SCF residual bound", (
+    card = with_card_section((Path(path) / "README.md").read_text(), SECTIONS[RESIDUAL_FILE], (
         "- `sciml hamiltonian predict --residual` computes r(H) = mean |F[D(H)] − H| of "
         "each prediction (one Fock build) and bounds its H MAE by q·r(H); q = "
         f"{summary['quantile']:.3g} at α = {alpha} from {summary['n_molecules']} calibration molecules "
@@ -219,7 +241,7 @@ def add_refine_calibration(path: str | Path, data: str | Path, steps: int = 5, a
                "median_half_width_mev": float(width.median()) * HARTREE_EV * 1e3,
                "floor_mev": floor * HARTREE_EV * 1e3,
                "seconds": round(time.perf_counter() - start, 1)}
-    card = with_card_section((Path(path) / "README.md").read_text(), "Intervals of refined predictions", (
+    card = with_card_section((Path(path) / "README.md").read_text(), SECTIONS[REFINE_FILE], (
         f"- `sciml hamiltonian predict --refine {steps}` refines each "
         f"prediction by {steps} self-consistent Fock builds; its orbital-energy intervals come from "
         f"`{REFINE_FILE}`, Mondrian by orbital (core orbitals one group) on "

@@ -198,8 +198,8 @@ def _molecules(paths, references, predictor: HamiltonianPredictor, bar, timings:
     for k, path in enumerate(paths):
         with _timed(timings, "read"):
             numbers, frames = read_frames(path)
-            check_elements(numbers, predictor.layout, str(path))
             check_closed_shell(numbers, str(path))
+            check_elements(numbers, predictor.layout, str(path))
         if len(frames) == 1:
             yield Path(path).stem, str(path), numbers, frames[0], references[k] if references else None
             continue

@@ -113,6 +113,29 @@ def test_other_basis_is_an_error(tiny_run):
         zeroth_step(numbers, tiny_run["pos"], "sto-3g", "pbe", predictor.layout, "water.xyz")
 
 
+def test_calibrate_adds_the_residual_bound_and_refits_the_domain_test(tiny_run, tmp_path, capsys):
+    """``sciml hamiltonian calibrate``: ``residual`` into a copy (the source untouched), then ``domain`` in place;
+    weights and the residual bound survive the domain refit."""
+    pytest.importorskip("pyscf")
+    from sciml.hamiltonian.artifact import load_model
+
+    model, out = tiny_run["artifact"], tmp_path / "calibrated"
+    weights = (model / "weights.safetensors").read_bytes()
+    assert main(["hamiltonian", "calibrate", "--model", str(model), "--operation", "residual", "--output",
+                 str(out)]) == 0
+    assert (out / "residual.json").is_file() and not (model / "residual.json").exists()
+    assert "wrote residual.json" in capsys.readouterr().out
+    assert main(["calibrate", "--model", str(out), "--operation", "domain", "--score", "absolute"]) == 0
+    predictor = load_model(out)
+    assert predictor.residual is not None and predictor.domain is not None
+    assert predictor.calibrator.score_name == "normalized" and predictor.domain.sigma_power == 0.0
+    assert (out / "weights.safetensors").read_bytes() == weights
+    card = (out / "README.md").read_text()
+    assert "## SCF residual bound" in card and "calibrate --operation domain" in card
+    metrics = json.loads((out / "metadata.json").read_text())["metrics"]
+    assert "previous_calibration" in metrics and "wrote domain.json" in capsys.readouterr().out
+
+
 @pytest.mark.skipif(not SHIPPED.is_dir(), reason="no shipped water checkpoint")
 def test_shipped_water_model_is_accurate_on_a_dataset_conformer(tmp_path):
     pytest.importorskip("pyscf")

@@ -38,7 +38,7 @@ def test_help_imports_no_heavy_package():
 def test_every_sub_verb_help_is_light():
     code = ("from sciml.cli.main import build_parser\nimport contextlib, io\np = build_parser()\nOUT = []\n"
             "for argv in (['crystal', 'predict'], ['perturbation', 'predict'], ['export'], ['calibrate'],\n"
-            "             ['data', 'grn'], ['fit']):\n"
+            "             ['data', 'grn'], ['fit'], ['hamiltonian', 'predict'], ['hamiltonian', 'calibrate']):\n"
             "    buf = io.StringIO()\n"
             "    with contextlib.redirect_stdout(buf), contextlib.suppress(SystemExit):\n"
             "        p.parse_args([*argv, '--help'])\n"
@@ -125,6 +125,12 @@ def test_hamiltonian_predict_path_skips_dynamo_pandas_and_pymatgen():
             "OUT = [sorted(m for m in ('torch._dynamo', 'pandas', 'pymatgen') if m in sys.modules), numbers.tolist()]")
     got = imported_after(code)
     assert got["out"] == [[], [8, 1, 1]] and "e3nn" in got["heavy"]
+
+
+def test_hamiltonian_face_is_lazy():
+    """``import sciml.hamiltonian`` lists ``load_model`` and ``predict`` and imports none of the heavy packages."""
+    got = imported_after("import sciml.hamiltonian as h\nOUT = sorted(h.__all__)")
+    assert got["heavy"] == [] and {"load_model", "predict", "MoleculePrediction"} <= set(got["out"])
 
 
 @pytest.mark.parametrize("code", ["import sciml.hamiltonian.nn.layers",
