@@ -40,7 +40,7 @@ def add_parser(sub, name: str) -> None:
     p.add_argument("--basis", default=None, help="basis (default def2-svp; gth-szv for crystals)")
     p.add_argument("--h0", choices=["full", "fast"], default="full",
                    help="how H0 is built: full (exact Coulomb, SCF grid) or fast (density-fitted Coulomb, grid "
-                   "level 1; ~5x cheaper to predict with); the model must be trained on the H0 it predicts from")
+                   "level 1; several times cheaper); the model must be trained on the H0 it predicts from")
     p.add_argument("--conv-tol", type=float, default=1e-10, help="SCF energy tolerance, Hartree")
     p.add_argument("--format", choices=["npz", "deeph", "both"], default=None,
                    help="npz (shared format) and/or DeepH folders (default npz; deeph for crystals)")

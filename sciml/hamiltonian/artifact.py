@@ -77,11 +77,11 @@ def module_config(config: dict, metadata: dict, path) -> dict:
 
 @contextmanager
 def _fast_e3nn_build(enabled: bool = True):
-    """Build e3nn modules without ``opt_einsum_fx`` contraction planning (half of model loading, ~1.5 s).
+    """Build e3nn modules without ``opt_einsum_fx`` contraction planning (about half of model loading).
 
-    ``torch.einsum`` still orders contractions at run time; predictions change by float rounding only (shipped
-    water model: 2e-14 Ha on orbital energies). Molecule models only (``enabled``): crystal models keep the
-    bit-identical export/load round trip. e3nn's global defaults are restored afterwards.
+    ``torch.einsum`` still orders contractions at run time; predictions change by float rounding only. Molecule
+    models only (``enabled``): crystal models keep the bit-identical export/load round trip. e3nn's global
+    defaults are restored afterwards.
     """
     import e3nn
 

@@ -4,8 +4,8 @@ r"""Applicability domain and adaptive orbital-energy intervals of a molecule mod
 translation and atom order), standardised and whitened on its principal components (those carrying at least
 ``1e-4`` of the variance, at most 16) fitted on the *reference* structures. Whitening gives every independent
 direction of the (low-dimensional) conformer manifold the same weight; plain standardisation lets the many
-features of the O–H bonds drown a distorted bond angle (measured: a 13 µHa conformer of the broad water set
-passed unflagged with standardisation only, not with whitening).
+features of the O–H bonds drown a distorted bond angle (a poorly predicted conformer with a distorted angle
+passes unflagged with standardisation only, not with whitening; ``docs/hamiltonian.md``).
 
 **Domain test.** A :class:`sciml.uq.domain.DomainScore` (k-NN conformal novelty test) with the reference coreset
 drawn from a seeded part (``1 - holdout``) of the *train* split and calibrated on the rest of the train split plus

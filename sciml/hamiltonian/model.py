@@ -17,7 +17,7 @@ read-outs zero-initialised so training starts at the closed-form solution.
 ``n_occupied + n_virtual`` per structure, concatenated: what the conformal layer calibrates) with the matrices in
 ``meta``; crystals, the band energies at the batch's k-points (when known) with the H irreps in ``meta``.
 Training adds the loss and the optimiser on top (:class:`sciml.hamiltonian.module.HamiltonianModule`); keeping
-Lightning out of this module keeps it out of ``sciml hamiltonian predict`` (about 1.5 s of start-up).
+Lightning out of this module keeps it out of the start-up of ``sciml hamiltonian predict``.
 """
 
 from __future__ import annotations
@@ -58,16 +58,16 @@ class HamiltonianModel(torch.nn.Module):
         zero-initialised read-out, so training starts at the closed-form solution.
     overlap_filter : float or None
         Molecules: keep only the part of the predicted ``ΔH`` on overlap eigenvectors with eigenvalue above it
-        (:func:`~sciml.hamiltonian.loss.overlap_filter`); ``None``: no filter (models before the option).
+        (:func:`~sciml.hamiltonian.loss.overlap_filter`); ``None``: no filter (artifacts without the setting).
     input_clip : float or None
         Bound of the network's normalised H0 inputs, in training standard deviations per irrep instance
         (:func:`~sciml.hamiltonian.nn.normalize.clip_instances`): an input far outside the training range is put
-        on that sphere instead of being extrapolated; ``None``: no bound (models before the option).
+        on that sphere instead of being extrapolated; ``None``: no bound (artifacts without the setting).
     readout_cutoff : list of float or None
         ``[r_on, r_off]`` (Å): the network's edge corrections are multiplied by a cosine envelope that is 1 up to
         ``r_on`` and 0 from ``r_off`` on (:class:`~sciml.core.radial.CosineCutoff`); messages still pass up to the
         network's ``cutoff``. Far pairs, where H0 is nearly exact, then keep the ridge's ΔH instead of a network
-        correction scaled by the bonded pairs' spread. ``None``: no envelope (models before the option).
+        correction scaled by the bonded pairs' spread. ``None``: no envelope (artifacts without the setting).
     **training
         Training settings (``loss``, ``optim``): kept in :attr:`config` only.
 

@@ -107,8 +107,8 @@ def _crystal_mf(cell, settings: CrystalSettings):
     return mf
 
 
-#: band k-points per non-SCF Fock build: pyscf's memory grows with the k-points of one call (216 at 6×6×6: 3.9 GB
-#: for a 2-atom gth-szv cell, 0.9 GB in chunks of 27; same matrices to 1e-15 Hartree)
+#: band k-points per non-SCF Fock build: pyscf's memory grows with the k-points of one call, so a dense mesh is
+#: built in chunks (same matrices up to rounding)
 BAND_CHUNK = 27
 
 

@@ -84,7 +84,7 @@ S22_MONOMERS = {"2-pyridone": ("2-pyridoxine_2-aminopyridine_complex", 0),
                 "2-aminopyridine": ("2-pyridoxine_2-aminopyridine_complex", 1),
                 "adenine": ("Adenine-thymine_Watson-Crick_complex", 0), "pyrazine": ("Pyrazine_dimer", 0),
                 "indole": ("Indole-benzene_complex_stack", 1), "phenol": ("Phenol_dimer", 0)}
-#: MD17 molecules that a general model must never train on (issue 15); water and ethanol may be trained on
+#: MD17 molecules that a general model must never train on (its held-out test); water and ethanol may be trained on
 MD17_HOLDOUT = ("malondialdehyde", "uracil")
 #: molecule-list aliases of ``--molecule`` (see :func:`organic_split`)
 ALIASES = ("g2-organic", "g2-train", "g2-holdout", "md17-holdout", "s22-monomers", "smiles-organic")

@@ -123,7 +123,7 @@ def check_settings(out: Path, name: str, settings) -> None:
     path = Path(out) / f"{name}.settings.json"
     mine = json.loads(json.dumps(asdict(settings)))
     mine.pop("threads", None)
-    if mine.get("h0") == "full":  # the default: folders made before the option existed resume
+    if mine.get("h0") == "full":  # the default: folders without the field resume
         mine.pop("h0")
     if path.is_file():
         theirs = json.loads(path.read_text())

@@ -120,7 +120,7 @@ def _meta(data: dict, c: int, path: Path) -> dict:
     for key in ("basis", "xc"):
         if key in data:
             meta[key] = str(data[key])
-    meta["h0"] = str(data["h0_method"]) if "h0_method" in data else "full"  # files before the option: full
+    meta["h0"] = str(data["h0_method"]) if "h0_method" in data else "full"  # files without the field: full
     return meta
 
 

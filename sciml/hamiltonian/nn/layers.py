@@ -92,7 +92,7 @@ class Attention(nn.Module):
         dst, src = edge_index
         logits = self.mlp(torch.cat([s[dst], s[src], invariants], dim=-1))
         if self.softmax:
-            from torch_geometric.utils import softmax  # here: importing torch_geometric costs ~1 s at start-up
+            from torch_geometric.utils import softmax  # here: importing torch_geometric is slow at start-up
 
             return softmax(logits, dst, num_nodes=s.shape[0], dim=0)
         return torch.sigmoid(logits)

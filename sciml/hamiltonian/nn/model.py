@@ -12,7 +12,7 @@ Each layer (SE(3)-Transformer / Equiformer-lite):
 
 with ``φ_ij`` = radial basis × cosine envelope and the scalar channels of ``e_ij``. The edge's own features
 enter the tensor product with its direction: the block ``H0_ij`` coupled to ``Y(r̂_ij)`` is what carries the
-cross-``L`` part of the correction (a linear map in a fixed frame, measured at ~2 µHa on water). Read-outs are linear:
+cross-``L`` part of the correction (a linear map in a fixed frame). Read-outs are linear:
 on-site irreps from ``[h_i, x_i^H0]``, off-site irreps from ``[e_ij, h_i + h_j, x_ij^H0]`` (the H0 skip makes
 ``ΔH ≈ linear(H0)`` the starting point). Blocks are assembled and symmetrised by
 :func:`sciml.hamiltonian.loss.assemble`.

@@ -2,15 +2,14 @@
 
 A Kohn–Sham Fock build evaluates every AO (and, for GGAs, its gradient) on every grid point before it integrates
 ``V_xc``; across the builds of one molecule those values do not change. :class:`CachedNumInt` keeps them from its
-first pass on, so that further builds only contract them with the new density (uracil, grid level 1, 51k points,
-132 AOs: 216 MB, a build 0.14–0.18 s instead of 0.51 s with the density-fitted Coulomb kept as well; the
-refinement's coarse grid, :mod:`sciml.hamiltonian.scf.two_grid`: 47 MB, 0.04 s). Imported only where pyscf is
-(extra ``quantum``).
+first pass on, so that further builds only contract them with the new density: a build then costs a fraction of
+a fresh one, for the memory of the AO values (the refinement's coarse grid, :mod:`sciml.hamiltonian.scf.two_grid`,
+needs much less than the fine one). Imported only where pyscf is (extra ``quantum``).
 
 The kept values live in one arena per grid, taken from a small pool to which :func:`release` (or a collected
-solver) gives it back: fresh memory of that size costs its page faults on first touch (0.4–0.5 s per 216 MB on this
-project's machines, as much as the builds it saves), while a reused arena is already mapped. A caller that builds
-many molecules releases each one's values as soon as its builds are done, so one arena serves them all.
+solver) gives it back: fresh memory of that size costs its page faults on first touch (as much as the builds it
+saves), while a reused arena is already mapped. A caller that builds many molecules releases each one's values as
+soon as its builds are done, so one arena serves them all.
 """
 
 from __future__ import annotations

@@ -65,7 +65,7 @@ class RefinedCalibration:
         the absolute one (Hartree) when ``floor`` is None.
     molecules : the calibration molecules.
     floor : ``m``, Hartree: the median last-build change of the calibration orbitals.
-    core : whether core orbitals have their own group (``CORE_GROUP``); False in files fitted before.
+    core : whether core orbitals have their own group (``CORE_GROUP``); False in files without the field.
 
     """
 

@@ -9,13 +9,10 @@ density ``D_0``, which the H0 build has already paid for:
 
 so that ``F̃[D_0] = H_0`` exactly and ``F̃[D] − F_f[D] = δ(D_0) − δ(D)`` with ``δ = V_xc^f − V_xc^c``: the fixed
 point of ``F̃`` differs from the fine builds' only by how much the grid error changes between ``D_0`` and the SCF
-density. For uracil (PBE/def2-SVP, the ``"fast"`` H0 on level 1: 51k points; level 0: 11k) a build costs 0.04 s
-instead of 0.14 s with the fine grid's AO values kept (0.5 s without), and 5 builds from H0 land 43 µHa from the
-reference SCF either way (the grid error itself is 54 µHa). One level, not more: for the water model's H0 (exact
-Coulomb, level 3) a near-exact start refined by 5 builds stays 0.03 µHa from the SCF with level 2, but drifts to
-0.34 µHa with level 1 and 30 µHa with level 0 (the grid error's change between D_0 and the SCF density grows with
-the grid error). Coulomb (density-fitted or exact) is the fine solver's,
-shared, so it is not approximated. Hartree–Fock has no grid, and a fine grid no finer than the coarse one needs no
+density. A coarse build costs a fraction of a fine one and lands as near the reference SCF; one level, not more,
+because the grid error's change between ``D_0`` and the SCF density grows with the grid error (the measurements:
+``docs/hamiltonian.md``). Coulomb (density-fitted or exact) is the fine solver's, shared, so it is not
+approximated. Hartree–Fock has no grid, and a fine grid no finer than the coarse one needs no
 correction: the fine solver builds directly.
 """
 
