@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import types
 from collections.abc import Callable, Mapping
 
 
@@ -42,3 +43,22 @@ def lazy_exports(package: str, exports: Mapping[str, str]) -> tuple[Callable[[st
         return sorted(set(vars(sys.modules[package])) | set(exports))
 
     return __getattr__, __dir__
+
+
+class _PublicNamesWin(types.ModuleType):
+    """A package whose public names win over its submodules of the same name (``sciml.crystal.predict``)."""
+
+    def __setattr__(self, name: str, value) -> None:
+        exports = vars(self).get("_EXPORTS", {})
+        if isinstance(value, types.ModuleType) and value.__name__ == f"{self.__name__}.{name}" and name in exports:
+            value = getattr(value, name)  # the import system binds the submodule; the public name wins
+        super().__setattr__(name, value)
+
+
+def keep_public_names(package: str) -> None:
+    """Keep ``package.<name>`` the public object of its ``_EXPORTS`` when a submodule ``<name>`` gets imported.
+
+    Importing ``sciml.crystal.predict`` (the module) would otherwise rebind ``sciml.crystal.predict`` (the
+    function) to the module.
+    """
+    sys.modules[package].__class__ = _PublicNamesWin

@@ -20,14 +20,12 @@ import hashlib
 import json
 import shutil
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from sciml.core.io.artifact import ArtifactError, add_extra_files, load_artifact
 from sciml.core.io.atomic import atomic_directory
 from sciml.core.io.checksum import sha256_file
-from sciml.core.io.shipped import resolve_model
+from sciml.core.io.shipped import target_folder
 from sciml.crystal.artifact import load_model
 from sciml.crystal.calibration import ensure_group_function
 from sciml.crystal.data.sources import labels_file, read_labelled
@@ -38,30 +36,6 @@ __all__ = ["OPERATIONS", "add_domain", "predict_labelled", "recalibrate", "targe
 
 OPERATIONS = ("conformal", "domain")
 METHODS = ("split", "mondrian", "multigroup")
-
-
-@contextmanager
-def target_folder(model: str | Path, output: str | Path | None) -> Iterator[Path]:
-    """The artifact folder an operation rewrites: ``model`` itself, or a copy that becomes ``output`` on success.
-
-    With ``output`` the source folder is copied to a hidden sibling of ``output``, the operation runs on the copy,
-    and the copy is renamed to ``output`` only when the operation succeeded (the copy is removed otherwise).
-    """
-    source = resolve_model(model)
-    if output is None:
-        yield source
-        return
-    output = Path(output)
-    if output.exists():
-        raise FileExistsError(f"{output} already exists; choose another --output")
-    work = output.parent / f".{output.name}.calibrating"
-    shutil.rmtree(work, ignore_errors=True)
-    shutil.copytree(source, work)
-    try:
-        yield work
-        work.rename(output)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def predict_labelled(predictor, table, batch_size: int = 64, bar=None):

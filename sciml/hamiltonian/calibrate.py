@@ -17,17 +17,14 @@ The artifact is rewritten atomically, in place or as a copy (:func:`target_folde
 from __future__ import annotations
 
 import math
-import shutil
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from sciml.core.io.artifact import add_extra_files, load_artifact, save_artifact, with_card_section
-from sciml.core.io.shipped import resolve_model
+from sciml.core.io.shipped import target_folder
 from sciml.hamiltonian.artifact import load_model
 from sciml.hamiltonian.domain import FILE as DOMAIN_FILE
 from sciml.hamiltonian.domain import pool_deep_groups
@@ -47,30 +44,6 @@ __all__ = ["OPERATIONS", "add_domain", "add_refine_calibration", "add_residual_b
 OPERATIONS = ("domain", "residual", "refine")
 #: model-card sections of the extra files that depend on the weights only (kept when the domain test is refitted)
 SECTIONS = {RESIDUAL_FILE: "SCF residual bound", REFINE_FILE: "Intervals of refined predictions"}
-
-
-@contextmanager
-def target_folder(model: str | Path, output: str | Path | None) -> Iterator[Path]:
-    """The artifact folder an operation rewrites: ``model`` itself, or a copy that becomes ``output`` on success.
-
-    With ``output`` the source folder is copied to a hidden sibling of ``output``, the operation runs on the copy,
-    and the copy is renamed to ``output`` only when the operation succeeded (the copy is removed otherwise).
-    """
-    source = resolve_model(model)
-    if output is None:
-        yield source
-        return
-    output = Path(output)
-    if output.exists():
-        raise FileExistsError(f"{output} already exists; choose another --output")
-    work = output.parent / f".{output.name}.calibrating"
-    shutil.rmtree(work, ignore_errors=True)
-    shutil.copytree(source, work)
-    try:
-        yield work
-        work.rename(output)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def _card_section(card: str, title: str) -> str | None:

@@ -17,13 +17,10 @@ The artifact is rewritten atomically: in place, or as a new folder ``output`` be
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from sciml.core.io.artifact import ArtifactError, add_extra_files, load_artifact, save_artifact
-from sciml.core.io.shipped import resolve_model
+from sciml.core.io.shipped import target_folder
 from sciml.perturbation.artifact import load_model
 from sciml.perturbation.domain import FILE as DOMAIN_FILE
 from sciml.perturbation.domain import PerturbationDomain, domain_lines, domain_summary, fit_domain
@@ -33,30 +30,6 @@ __all__ = ["OPERATIONS", "add_domain", "rebuild_datamodule", "recalibrate", "tar
 
 OPERATIONS = ("domain", "conformal")
 MANAGED = ("format_version", "versions", "weights_sha256", "extra_files")  # metadata keys the writer sets
-
-
-@contextmanager
-def target_folder(model: str | Path, output: str | Path | None) -> Iterator[Path]:
-    """The artifact folder an operation rewrites: ``model`` itself, or a copy that becomes ``output`` on success.
-
-    With ``output`` the source folder is copied to a hidden sibling of ``output``, the operation runs on the copy,
-    and the copy is renamed to ``output`` only when the operation succeeded (the copy is removed otherwise).
-    """
-    source = resolve_model(model)
-    if output is None:
-        yield source
-        return
-    output = Path(output)
-    if output.exists():
-        raise FileExistsError(f"{output} already exists; choose another --output")
-    work = output.parent / f".{output.name}.calibrating"
-    shutil.rmtree(work, ignore_errors=True)
-    shutil.copytree(source, work)
-    try:
-        yield work
-        work.rename(output)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def rebuild_datamodule(art, data_path: str | None = None):

@@ -12,6 +12,9 @@ directory: an existing path wins; otherwise a shipped model name (``perov5-heat-
 from __future__ import annotations
 
 import difflib
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 __all__ = ["MODELS", "ModelNotFoundError", "resolve_model", "shipped_models", "shipped_path"]
@@ -87,3 +90,27 @@ def resolve_model(model: str | Path) -> Path:
         hint = f"shipped models: {', '.join(shipped) or 'none in this install'}"
     raise ModelNotFoundError(f"{model}: no such model folder, nor a shipped model name; {hint} "
                              "(`sciml models` lists them; create a folder with `sciml export`)")
+
+
+@contextmanager
+def target_folder(model: str | Path, output: str | Path | None) -> Iterator[Path]:
+    """The artifact folder an operation rewrites: ``model`` itself, or a copy that becomes ``output`` on success.
+
+    With ``output`` the source folder is copied to a hidden sibling of ``output``, the operation runs on the copy,
+    and the copy is renamed to ``output`` only when the operation succeeded (the copy is removed otherwise).
+    """
+    source = resolve_model(model)
+    if output is None:
+        yield source
+        return
+    output = Path(output)
+    if output.exists():
+        raise FileExistsError(f"{output} already exists; choose another --output")
+    work = output.parent / f".{output.name}.calibrating"
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.copytree(source, work)
+    try:
+        yield work
+        work.rename(output)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
