@@ -189,7 +189,8 @@ def run_calibrate(args, overrides: list[str]) -> int:
     import torch
 
     from sciml.cli.feedback import progress
-    from sciml.crystal.calibrate import add_domain, recalibrate, target_folder
+    from sciml.core.io.shipped import target_folder
+    from sciml.crystal.calibrate import add_domain, recalibrate
 
     torch.set_num_threads(args.threads)
     with target_folder(args.model, args.output) as folder:

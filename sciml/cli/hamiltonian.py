@@ -291,7 +291,8 @@ def run_calibrate(args, overrides: list[str]) -> int:
     import torch
 
     from sciml.cli.feedback import stage
-    from sciml.hamiltonian.calibrate import add_domain, add_refine_calibration, add_residual_bound, target_folder
+    from sciml.core.io.shipped import target_folder
+    from sciml.hamiltonian.calibrate import add_domain, add_refine_calibration, add_residual_bound
 
     torch.set_num_threads(args.threads)
     stage("hamiltonian calibrate", f"{args.operation} of {args.model} ...")

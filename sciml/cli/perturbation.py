@@ -82,7 +82,8 @@ def run_calibrate(args, overrides: list[str]) -> int:
     _check_calibrate_args(args)
     import torch
 
-    from sciml.perturbation.calibrate import add_domain, recalibrate, target_folder
+    from sciml.core.io.shipped import target_folder
+    from sciml.perturbation.calibrate import add_domain, recalibrate
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -25,14 +25,13 @@ from pathlib import Path
 from sciml.core.io.artifact import ArtifactError, add_extra_files, load_artifact
 from sciml.core.io.atomic import atomic_directory
 from sciml.core.io.checksum import sha256_file
-from sciml.core.io.shipped import target_folder
 from sciml.crystal.artifact import load_model
 from sciml.crystal.calibration import ensure_group_function
 from sciml.crystal.data.sources import labels_file, read_labelled
 from sciml.crystal.domain import FILE as DOMAIN_FILE
 from sciml.crystal.domain import CrystalDomain, fit_domain
 
-__all__ = ["OPERATIONS", "add_domain", "predict_labelled", "recalibrate", "target_folder"]
+__all__ = ["OPERATIONS", "add_domain", "predict_labelled", "recalibrate"]
 
 OPERATIONS = ("conformal", "domain")
 METHODS = ("split", "mondrian", "multigroup")
@@ -124,7 +123,7 @@ def recalibrate(model: str | Path, data: str | Path, method: str = "split", alph
     Parameters
     ----------
     model : str or Path
-        Artifact folder (rewritten in place; see :func:`target_folder` for a copy).
+        Artifact folder (rewritten in place; see :func:`sciml.core.io.shipped.target_folder` for a copy).
     data : str or Path
         Labelled structures: a CSV with a ``cif`` column and ``target``, or a folder with ``id_prop.csv``.
     method, score, group_by

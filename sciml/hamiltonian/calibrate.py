@@ -11,7 +11,7 @@ Three operations, none touching the weights (their ``weights_sha256`` stays vali
   by ``K`` Fock builds (:mod:`sciml.hamiltonian.scf.refine_calibration`), on data set files of the calibration
   molecules.
 
-The artifact is rewritten atomically, in place or as a copy (:func:`target_folder`).
+The artifact is rewritten atomically, in place or as a copy (:func:`sciml.core.io.shipped.target_folder`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import numpy as np
 import torch
 
 from sciml.core.io.artifact import add_extra_files, load_artifact, save_artifact, with_card_section
-from sciml.core.io.shipped import target_folder
 from sciml.hamiltonian.artifact import load_model
 from sciml.hamiltonian.domain import FILE as DOMAIN_FILE
 from sciml.hamiltonian.domain import pool_deep_groups
@@ -38,8 +37,7 @@ from sciml.hamiltonian.scf.residual import RESIDUAL_FILE, ResidualBound, scf_res
 from sciml.hamiltonian.task import datamodule
 from sciml.hamiltonian.units import HARTREE_EV
 
-__all__ = ["OPERATIONS", "add_domain", "add_refine_calibration", "add_residual_bound", "refined_errors",
-           "target_folder"]
+__all__ = ["OPERATIONS", "add_domain", "add_refine_calibration", "add_residual_bound", "refined_errors"]
 
 OPERATIONS = ("domain", "residual", "refine")
 #: model-card sections of the extra files that depend on the weights only (kept when the domain test is refitted)

@@ -12,7 +12,7 @@ recorded data settings (``data`` when the file moved) and check that its split c
   old and the new bands.
 
 The artifact is rewritten atomically: in place, or as a new folder ``output`` beside an unchanged source
-(:func:`target_folder`).
+(:func:`sciml.core.io.shipped.target_folder`).
 """
 
 from __future__ import annotations
@@ -20,13 +20,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from sciml.core.io.artifact import ArtifactError, add_extra_files, load_artifact, save_artifact
-from sciml.core.io.shipped import target_folder
 from sciml.perturbation.artifact import load_model
 from sciml.perturbation.domain import FILE as DOMAIN_FILE
 from sciml.perturbation.domain import PerturbationDomain, domain_lines, domain_summary, fit_domain
 from sciml.perturbation.evaluate import band_metrics, effects, fit_bands, split_predictions
 
-__all__ = ["OPERATIONS", "add_domain", "rebuild_datamodule", "recalibrate", "target_folder"]
+__all__ = ["OPERATIONS", "add_domain", "rebuild_datamodule", "recalibrate"]
 
 OPERATIONS = ("domain", "conformal")
 MANAGED = ("format_version", "versions", "weights_sha256", "extra_files")  # metadata keys the writer sets
