@@ -162,14 +162,12 @@ def _check_calibrate_args(args):
     """Check the command line; return the artifact folder. A shipped model given by name needs ``--output``."""
     from pathlib import Path
 
-    from sciml.core.io.shipped import resolve_model
+    from sciml.core.io.shipped import check_target
 
     check_alpha_arg(args.alpha)
     if not 0 < args.holdout < 1:
         raise ValueError(f"--holdout must be in (0, 1), got {args.holdout}")
-    folder = resolve_model(args.model)
-    if args.output is None and not Path(args.model).exists():
-        raise ValueError(f"{args.model} is a shipped model: pass --output DIR to write a calibrated copy")
+    folder = check_target(args.model, args.output)
     if args.operation == "conformal":
         if args.data is None:
             raise ValueError("--operation conformal needs --data: a CSV with a cif column and the target column, "

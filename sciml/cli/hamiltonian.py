@@ -226,7 +226,7 @@ def _check_calibrate_args(args) -> Path:
 
     import yaml
 
-    from sciml.core.io.shipped import resolve_model
+    from sciml.core.io.shipped import check_target
 
     check_alpha_arg(args.alpha)
     if args.steps < 1:
@@ -236,11 +236,7 @@ def _check_calibrate_args(args) -> Path:
                          "calibration structures stand for (it is written to the model card)")
     if args.extra_calib and args.operation != "domain":
         raise ValueError("--extra-calib and --declared-domain apply to --operation domain")
-    folder = resolve_model(args.model)
-    if args.output is None and not Path(args.model).exists():
-        raise ValueError(f"{args.model} is a shipped model: pass --output DIR to write a calibrated copy")
-    if args.output is not None and Path(args.output).exists():
-        raise FileExistsError(f"{args.output} already exists; choose another --output")
+    folder = check_target(args.model, args.output)
     meta_file = folder / "metadata.json"
     try:
         meta = json.loads(meta_file.read_text())

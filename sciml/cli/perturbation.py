@@ -62,9 +62,9 @@ def add_calibrate_parser(verbs) -> None:
 
 def _check_calibrate_args(args) -> None:
     """Everything about the command line that can be wrong, before any heavy import."""
-    from sciml.core.io.shipped import resolve_model
+    from sciml.core.io.shipped import check_target
 
-    resolve_model(args.model)
+    check_target(args.model, args.output)
     if args.operation == "domain" and args.alpha is not None:
         raise ValueError("--alpha applies to --operation conformal; the domain test's flag level is set at "
                          "predict time (--beta)")
@@ -73,8 +73,6 @@ def _check_calibrate_args(args) -> None:
         raise ValueError(f"--n-cells must be >= 1, got {args.n_cells}")
     if args.data is not None:
         require_inputs([args.data], "file", "give the model's training data, an .h5ad file")
-    if args.output is not None and Path(args.output).exists():
-        raise FileExistsError(f"{args.output} already exists; choose another --output")
 
 
 def run_calibrate(args, overrides: list[str]) -> int:

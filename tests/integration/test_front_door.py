@@ -158,3 +158,18 @@ def test_threads_rule():
     for bad, env in ((0, {}), (None, {"OMP_NUM_THREADS": "two"})):
         with pytest.raises(ValueError):
             choose_threads(bad, env)
+
+
+@pytest.mark.parametrize("family, model", [("crystal", "perov5-heat-all"), ("hamiltonian", "water-pbe-def2svp"),
+                                           ("perturbation", "grn-default")])
+def test_calibrate_never_rewrites_a_shipped_model_named_by_name(family, model, capsys):
+    """Every family's calibrate verb refuses, before any work, to rewrite a shipped model in place."""
+    code = main([family, "calibrate", "--model", model, "--operation", "domain"])
+    err = capsys.readouterr().err
+    assert code == 2 and f"{model} is a shipped model: pass --output" in err
+
+
+def test_calibrate_refuses_an_existing_output_folder(tmp_path, capsys):
+    code = main(["perturbation", "calibrate", "--model", "grn-default", "--operation", "domain",
+                 "--output", str(tmp_path)])
+    assert code == 2 and "already exists; choose another --output" in capsys.readouterr().err

@@ -92,6 +92,20 @@ def resolve_model(model: str | Path) -> Path:
                              "(`sciml models` lists them; create a folder with `sciml export`)")
 
 
+def check_target(model: str | Path, output: str | Path | None) -> Path:
+    """The artifact folder a post-hoc operation rewrites, checked before any work.
+
+    A shipped model named by name (not a path) is never rewritten in place: it needs ``output``; an existing
+    ``output`` is refused (the operation writes a new folder).
+    """
+    folder = resolve_model(model)
+    if output is None and not Path(model).exists():
+        raise ValueError(f"{model} is a shipped model: pass --output DIR to write a calibrated copy")
+    if output is not None and Path(output).exists():
+        raise FileExistsError(f"{output} already exists; choose another --output")
+    return folder
+
+
 @contextmanager
 def target_folder(model: str | Path, output: str | Path | None) -> Iterator[Path]:
     """The artifact folder an operation rewrites: ``model`` itself, or a copy that becomes ``output`` on success.
