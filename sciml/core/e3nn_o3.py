@@ -1,9 +1,8 @@
 """``e3nn.o3`` without importing ``torch._dynamo`` at start-up.
 
 e3nn 0.5–0.6 decorates one function (``change_basis_real_to_complex``) with ``@torch.compiler.disable``, which
-imports ``torch._dynamo`` when the decorator runs, i.e. at ``import e3nn.o3``: 1.1–1.2 s of every command that loads
-an equivariant model (a whole-command ``sciml hamiltonian predict`` on one uracil takes ~9 s), and nothing in
-sciml compiles. Here e3nn is imported with that decorator deferred: the decorated function runs as is while
+imports ``torch._dynamo`` when the decorator runs, i.e. at ``import e3nn.o3``: about a second of start-up for
+every command that loads an equivariant model (``benchmarks/startup.py``), and nothing in sciml compiles. Here e3nn is imported with that decorator deferred: the decorated function runs as is while
 ``torch._dynamo`` is not loaded (nothing can then be tracing it) and through ``torch._dynamo.disable`` once it is,
 so ``torch.compile`` still sees the graph break e3nn asks for.
 
