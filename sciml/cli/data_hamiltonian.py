@@ -7,6 +7,7 @@ Examples
 ``sciml data hamiltonian --molecule water --n 50 --sigma 0.03 --sigma-max 0.10 --rotate --out runs/data/broad``
 ``sciml data hamiltonian --molecule g2-train --n 8 --sigma 0.02 --sigma-max 0.10 --rotate --h0 fast --out runs/data/g2``
 ``sciml data hamiltonian --crystal Si --kmesh 2 2 2 --n 3 --out runs/data/si``
+``sciml data hamiltonian --source qm9 --n 3000 --seed 0 --shard 0/10 --workers 4 --out runs/data/qm9``
 
 """
 
@@ -27,8 +28,17 @@ def add_parser(sub, name: str) -> None:
                      "rdkit: sciml.hamiltonian.data.smiles) (one npz per molecule)")
     src.add_argument("--xyz", help="xyz file (Å); several frames = a trajectory, one frame = displace it")
     src.add_argument("--crystal", help="built-in crystal: Si, C (diamond)")
+    src.add_argument("--source", choices=["qm9"],
+                     help="qm9: QM9 molecules (package qm9pack) at their QM9 geometries, one npz per molecule, "
+                     "sharded (--shard), with a checksummed manifest.json per shard")
     p.add_argument("--out", required=True, help="output folder (reused to resume)")
-    p.add_argument("--n", type=int, default=None, help="conformers/structures (default 10; all frames for --xyz)")
+    p.add_argument("--n", type=int, default=None, help="conformers/structures (default 10; all frames for --xyz); "
+                   "--source qm9: molecules drawn by --seed (default all that pass --max-heavy-atoms)")
+    p.add_argument("--indices", help="--source qm9: QM9 indices instead of a draw, e.g. 1,2,5-9 (1 = CH4)")
+    p.add_argument("--max-heavy-atoms", type=int, default=None, help="--source qm9: only molecules with at most "
+                   "this many heavy (non-H) atoms")
+    p.add_argument("--shard", default="0/1", help="--source qm9: shard i/k (i from 0 to k-1) of the selection, "
+                   "written to OUT/shard-0000i-of-0000k (OUT itself for 0/1)")
     p.add_argument("--sigma", type=float, default=None,
                    help="Gaussian displacement per coordinate, Å (default 0.05 molecules, 0.03 crystals)")
     p.add_argument("--sigma-max", type=float, default=None,
@@ -42,6 +52,12 @@ def add_parser(sub, name: str) -> None:
                    help="how H0 is built: full (exact Coulomb, SCF grid) or fast (density-fitted Coulomb, grid "
                    "level 1; several times cheaper); the model must be trained on the H0 it predicts from")
     p.add_argument("--conv-tol", type=float, default=1e-10, help="SCF energy tolerance, Hartree")
+    p.add_argument("--grid-level", type=int, default=3, help="molecules: DFT grid level of the SCF (default 3, "
+                   "the reference; lower is cheaper and less exact)")
+    p.add_argument("--density-fit", action="store_true", help="molecules: density-fitted SCF (cheaper, not the "
+                   "reference settings)")
+    p.add_argument("--device", choices=["auto", "cpu", "gpu"], default="auto", help="molecules: run the SCF with "
+                   "gpu4pyscf when it imports and CUDA sees a GPU (auto), or force cpu/gpu")
     p.add_argument("--format", choices=["npz", "deeph", "both"], default=None,
                    help="npz (shared format) and/or DeepH folders (default npz; deeph for crystals)")
     p.add_argument("--workers", type=int, default=1, help="processes running SCFs in parallel")
@@ -65,17 +81,39 @@ def run(args, overrides: list[str]) -> int:
         raise ValueError(f"--n must be >= 1, got {args.n}")
     if args.crystal:
         return _run_crystal(args)
-    from sciml.hamiltonian.data.generate import SCFSettings, generate_molecules
+    from sciml.hamiltonian.data.generate import SCFSettings, generate_molecules, scf_device
 
-    jobs = _molecule_jobs(args)
+    scf_device(args.device)  # --device gpu without a GPU fails here, before any work
     settings = SCFSettings(xc=args.xc, basis=args.basis or "def2-svp", conv_tol=args.conv_tol, threads=args.threads,
-                           h0=args.h0)
+                           h0=args.h0, grid_level=args.grid_level, density_fit=args.density_fit, device=args.device)
+    if args.source == "qm9":
+        return _run_qm9(args, settings)
+    if args.indices or args.max_heavy_atoms is not None or args.shard != "0/1":
+        raise ValueError("--indices, --max-heavy-atoms and --shard select QM9 molecules; use them with --source qm9")
+    jobs = _molecule_jobs(args)
     fmt = args.format or "npz"
     formats = ("npz", "deeph") if fmt == "both" else (fmt,)
     res = generate_molecules(jobs, settings, args.out, formats, args.workers, progress=not args.no_progress)
     names = ", ".join(sorted({j.name for j in jobs}))
     print(f"{names}: {res['computed']} computed, {res['skipped']} already done; wrote {', '.join(res['files'])}",
           file=sys.stderr)
+    return 0
+
+
+def _run_qm9(args, settings) -> int:
+    from sciml.hamiltonian.data.gen_qm9 import generate_qm9_shard, shard_folder
+    from sciml.hamiltonian.data.qm9 import parse_indices, parse_shard, qm9_molecules, select_indices, shard_indices
+
+    i, k = parse_shard(args.shard)
+    indices = parse_indices(args.indices) if args.indices else None
+    selected = select_indices(args.n, args.seed, indices, args.max_heavy_atoms)
+    mine = shard_indices(selected, i, k)
+    selection = {"n": args.n, "seed": args.seed, "indices": args.indices, "max_heavy_atoms": args.max_heavy_atoms,
+                 "n_selected": len(selected), "shard": [i, k]}
+    res = generate_qm9_shard(qm9_molecules(mine), settings, shard_folder(args.out, i, k), args.workers,
+                             progress=not args.no_progress, selection=selection)
+    print(f"qm9 shard {i}/{k}: {res['computed']} computed, {res['skipped']} already done (skipped); "
+          f"wrote {res['folder']} and {res['manifest']}", file=sys.stderr)
     return 0
 
 

@@ -18,13 +18,17 @@ import numpy as np
 from sciml.core.io.atomic import atomic_write_text
 from sciml.hamiltonian.scf.h0 import import_pyscf
 
-__all__ = ["MoleculeJob", "SCFSettings", "check_settings", "generate_molecules", "run_molecule_scf",
-           "run_pool"]
+__all__ = ["MoleculeJob", "SCFSettings", "check_settings", "compute_molecule_npz", "generate_molecules",
+           "run_molecule_scf", "run_pool"]
 
 
 @dataclass(frozen=True)
 class SCFSettings:
-    """Level of theory: ``xc`` (``"hf"`` for Hartree-Fock), ``basis``, energy tolerance, DFT grid level."""
+    """Level of theory: ``xc`` (``"hf"`` for Hartree-Fock), ``basis``, energy tolerance, DFT grid level.
+
+    ``density_fit`` runs the SCF with density-fitted Coulomb/exchange (cheaper, not the reference); ``device``
+    (``"auto"``, ``"cpu"``, ``"gpu"``) picks gpu4pyscf when it imports and CUDA is present (:func:`scf_device`).
+    """
 
     xc: str = "pbe"
     basis: str = "def2-svp"
@@ -33,6 +37,8 @@ class SCFSettings:
     threads: int = 1
     max_cycle: int = 100
     h0: str = "full"  # how H0 is built: "full" or "fast" (sciml.hamiltonian.scf.h0)
+    density_fit: bool = False
+    device: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -52,7 +58,8 @@ def run_molecule_scf(numbers, positions, settings: SCFSettings) -> dict:
     -------
     dict
         ``mats`` {"H", "H0", "S"} (n_ao, n_ao) pyscf order, Hartree; ``ao_labels``; ``energy`` (Hartree);
-        ``n_occupied``; ``scf_seconds`` (wall time of the SCF, ``threads`` threads); ``converged``.
+        ``n_occupied``; ``scf_seconds`` (wall time of the SCF, ``threads`` threads); ``converged``; ``device``
+        (``"cpu"`` or ``"gpu"``, where the SCF ran; H0 and S are always built on the CPU).
 
     """
     import_pyscf()
@@ -63,21 +70,50 @@ def run_molecule_scf(numbers, positions, settings: SCFSettings) -> dict:
                 unit="Angstrom", verbose=0)
     if mol.nelectron % 2:
         raise ValueError(f"molecule with {mol.nelectron} electrons is open-shell; only closed shells are supported")
+    device = scf_device(settings.device)
+    if device == "gpu":
+        from gpu4pyscf import dft, scf
     if settings.xc.lower() in ("hf", "rhf"):
         mf = scf.RHF(mol)
     else:
         mf = dft.RKS(mol)
         mf.xc = settings.xc
         mf.grids.level = settings.grid_level
+    if settings.density_fit:
+        mf = mf.density_fit()
     mf.conv_tol, mf.max_cycle, mf.verbose = settings.conv_tol, settings.max_cycle, 0
     start = time.perf_counter()
     mf.kernel()
     seconds = time.perf_counter() - start
     from sciml.hamiltonian.scf.h0 import zeroth_step_matrices
 
-    mats = {"H": mf.get_fock(), **zeroth_step_matrices(mol, settings.xc, settings.grid_level, settings.h0)}
+    fock = mf.get_fock()
+    fock = np.asarray(fock.get() if device == "gpu" else fock)  # gpu4pyscf returns a cupy array
+    mats = {"H": fock, **zeroth_step_matrices(mol, settings.xc, settings.grid_level, settings.h0)}
     return {"mats": mats, "ao_labels": mol.ao_labels(), "energy": float(mf.e_tot), "n_occupied": mol.nelectron // 2,
-            "scf_seconds": seconds, "converged": bool(mf.converged)}
+            "scf_seconds": seconds, "converged": bool(mf.converged), "device": device}
+
+
+def scf_device(device: str = "auto") -> str:
+    """``"gpu"`` when ``device`` allows it, gpu4pyscf imports and CUDA sees a GPU; else ``"cpu"``.
+
+    ``device="gpu"`` without a usable GPU is a one-line RuntimeError; ``"cpu"`` never touches CUDA.
+    """
+    if device not in ("auto", "cpu", "gpu"):
+        raise ValueError(f"unknown --device {device!r}; use auto, cpu or gpu")
+    if device == "cpu":
+        return "cpu"
+    try:
+        import cupy
+        import gpu4pyscf  # noqa: F401
+
+        ok = cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # not installed, no driver, no device: all mean "no GPU path"
+        ok = False
+    if device == "gpu" and not ok:
+        raise RuntimeError("--device gpu needs gpu4pyscf and a CUDA GPU (pip install gpu4pyscf-cuda12x); "
+                           "use --device auto or cpu")
+    return "gpu" if ok else "cpu"
 
 
 def _part_path(out: Path, name: str, index: int) -> Path:
@@ -97,14 +133,8 @@ def _done(out: Path, job: MoleculeJob, formats: tuple[str, ...]) -> bool:
 
 def run_job(job: MoleculeJob, settings: SCFSettings, out: str, formats: tuple[str, ...]) -> float:
     """Compute one conformer and write its outputs atomically; returns the SCF seconds (top-level: picklable)."""
-    from sciml.hamiltonian.data.npz import write_arrays
-
     out_path = Path(out)
-    res = run_molecule_scf(job.numbers, np.asarray(job.positions), settings)
-    if not res["converged"]:
-        raise RuntimeError(f"{job.name} conformer {job.index}: SCF did not converge in {settings.max_cycle} cycles")
-    meta = {"energy": res["energy"], "n_occupied": res["n_occupied"], "scf_seconds": res["scf_seconds"],
-            "basis": settings.basis, "xc": settings.xc, "index": job.index, "name": job.name, "h0": settings.h0}
+    res, meta = molecule_result(job, settings)
     if "deeph" in formats:
         from sciml.hamiltonian.data.deeph import write_deeph
         from sciml.hamiltonian.orbitals import OrbitalLayout
@@ -113,9 +143,33 @@ def run_job(job: MoleculeJob, settings: SCFSettings, out: str, formats: tuple[st
         layout = OrbitalLayout.from_ao_labels(job.numbers, res["ao_labels"])
         s = HamiltonianStructure.from_dense(job.numbers, job.positions, res["mats"], layout, meta)
         write_deeph(_deeph_path(out_path, job.name, job.index), s, layout)
-    write_arrays(_part_path(out_path, job.name, job.index), job.numbers, np.asarray(job.positions)[None],
-                 {k: v[None] for k, v in res["mats"].items()}, res["ao_labels"], meta)
+    write_molecule_npz(_part_path(out_path, job.name, job.index), job, res, meta)
     return res["scf_seconds"]
+
+
+def molecule_result(job: MoleculeJob, settings: SCFSettings) -> tuple[dict, dict]:
+    """SCF of one job (:func:`run_molecule_scf`) and the metadata stored with it; RuntimeError if unconverged."""
+    res = run_molecule_scf(job.numbers, np.asarray(job.positions), settings)
+    if not res["converged"]:
+        raise RuntimeError(f"{job.name} conformer {job.index}: SCF did not converge in {settings.max_cycle} cycles")
+    meta = {"energy": res["energy"], "n_occupied": res["n_occupied"], "scf_seconds": res["scf_seconds"],
+            "basis": settings.basis, "xc": settings.xc, "index": job.index, "name": job.name, "h0": settings.h0}
+    return res, meta
+
+
+def write_molecule_npz(path: str | Path, job: MoleculeJob, res: dict, meta: dict) -> Path:
+    """One conformer's H, H0, S (pyscf order, Hartree) in the shared npz format, written atomically."""
+    from sciml.hamiltonian.data.npz import write_arrays
+
+    mats = {k: v[None] for k, v in res["mats"].items()}
+    return write_arrays(path, job.numbers, np.asarray(job.positions)[None], mats, res["ao_labels"], meta)
+
+
+def compute_molecule_npz(path: str | Path, job: MoleculeJob, settings: SCFSettings) -> dict:
+    """SCF of one job written to ``path`` as a one-conformer npz (atomically); returns its metadata."""
+    res, meta = molecule_result(job, settings)
+    write_molecule_npz(path, job, res, meta)
+    return {**meta, "device": res.get("device", "cpu")}
 
 
 def check_settings(out: Path, name: str, settings) -> None:
@@ -123,6 +177,9 @@ def check_settings(out: Path, name: str, settings) -> None:
     path = Path(out) / f"{name}.settings.json"
     mine = json.loads(json.dumps(asdict(settings)))
     mine.pop("threads", None)
+    mine.pop("device", None)  # where the SCF ran, not the level of theory (recorded per molecule instead)
+    if not mine.get("density_fit", True):
+        mine.pop("density_fit")
     if mine.get("h0") == "full":  # the default: folders without the field resume
         mine.pop("h0")
     if path.is_file():
