@@ -32,9 +32,12 @@ def add_parser(sub, name: str) -> None:
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--steps", type=int, default=None, help="ODE steps (default: the model's)")
     q.add_argument("--method", choices=["euler", "rk4"], default=None, help="ODE method (default: the model's)")
-    q.add_argument("--condition-key", default=None, help="obs column marking control cells (default: the model's)")
+    q.add_argument("--condition-key", default=None, help="obs column marking control cells, also written to the "
+                   "output with the labels as given (default: the model's)")
     q.add_argument("--control-label", default=None, help="label of control cells (default: the model's)")
     q.add_argument("--counts-layer", default=None, help="layer with raw counts (default: log1p values in X)")
+    q.add_argument("--no-control", action="store_true", help="leave the control cells out of the output (default: "
+                   "written after the generated cells, with the control label, for scoring with cell-eval)")
     q.add_argument("--reorder-genes", action="store_true", help="select the model's genes by name in any order")
     q.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: sciml.core.threads)")
     q.set_defaults(run=run_predict)
@@ -131,7 +134,7 @@ def run_predict(args, overrides: list[str]) -> int:
     import torch
 
     from sciml.perturbation.artifact import DEFAULT_MODEL, load_model
-    from sciml.perturbation.data.table import read_control_cells
+    from sciml.perturbation.data.table import read_controls
     from sciml.perturbation.predict import parse_perturbations, predict_effects
     from sciml.perturbation.write import write_prediction
 
@@ -143,10 +146,11 @@ def run_predict(args, overrides: list[str]) -> int:
         predictor.encode(label)
     data = predictor.data
     key = args.condition_key or data.get("condition_key", "condition")
-    ctrl = read_control_cells(args.control, predictor.genes, key,
-                              args.control_label or data.get("control_label", "ctrl"), args.counts_layer,
-                              float(data.get("target_sum", 1e4)), reorder=args.reorder_genes,
-                              require_key=args.condition_key is not None)
+    control_label = args.control_label or data.get("control_label", "ctrl")
+    controls = read_controls(args.control, predictor.genes, key, control_label, args.counts_layer,
+                             float(data.get("target_sum", 1e4)), reorder=args.reorder_genes,
+                             require_key=args.condition_key is not None)
+    ctrl = controls.x
     stage("perturbation predict", f"loaded {predictor.path} and {len(ctrl)} control cells in "
           f"{time.perf_counter() - begin:.1f} s; generating {args.n_cells} cells for each of {len(labels)} "
           f"condition(s), {torch.get_num_threads()} thread(s)")
@@ -163,7 +167,8 @@ def run_predict(args, overrides: list[str]) -> int:
                        "training), no control-cell test"),
             "pairing": "each generated cell starts from one control cell drawn without replacement (with "
                        "replacement when n-cells exceeds the control cells); effect = generated mean - control mean"}
-    write_prediction(result, predictor.genes, info, args.output)
+    write_prediction(result, predictor.genes, info, args.output, controls, include_controls=not args.no_control,
+                     condition_key=key, control_label=control_label, given=labels, seed=args.seed)
     written = [args.output]
     if args.plot:
         from sciml.perturbation.plot import plot_cells, plot_effects

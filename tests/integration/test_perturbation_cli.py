@@ -62,8 +62,8 @@ def test_predict_writes_cells_effects_and_plots(artifact, capsys):
                "G003+G000, G002", "--n-cells", "12", "--output", str(pred), "--plot"])
     assert rc == 0
     a = ad.read_h5ad(pred)
-    assert a.shape == (24, 20) and list(a.var_names[:2]) == ["G000", "G001"]
-    assert a.obs["condition"].value_counts().to_dict() == {"G000+G003": 12, "G002+ctrl": 12}
+    assert a.shape == (24 + 120, 20) and list(a.var_names[:2]) == ["G000", "G001"]  # + the file's 120 controls
+    assert a.obs["condition"].value_counts().to_dict() == {"ctrl": 120, "G000+G003": 12, "G002+ctrl": 12}
     eff = a.uns["perturbation_effects"]
     assert list(eff["conditions"]) == ["G000+G003", "G002+ctrl"]
     assert eff["effect"].shape == (2, 20)
@@ -133,7 +133,7 @@ def test_shipped_checkpoint_predicts_from_example_controls(tmp_path, capsys):
     assert main(["perturbation", "predict", "--control", str(EXAMPLE_CONTROL), "--perturbations", "G001+G002,G003",
                  "--n-cells", "20", "--output", str(pred)]) == 0
     a = ad.read_h5ad(pred)
-    assert a.shape == (40, 100) and set(a.obs["condition"]) == {"G001+G002", "G003+ctrl"}
+    assert a.shape == (240, 100) and set(a.obs["condition"]) == {"G001+G002", "G003+ctrl", "ctrl"}  # + 200 controls
     eff = a.uns["perturbation_effects"]
     assert np.isfinite(eff["lower"]).all() and (eff["upper"] > eff["lower"]).all()
     predictor = load_model()

@@ -13,7 +13,14 @@ from pathlib import Path
 import numpy as np
 
 from sciml.core.io.checksum import sha256_file
-from sciml.perturbation.data.anndata_io import DataError, check_conditions, check_gene_order, log_expression, read_h5ad
+from sciml.perturbation.data.anndata_io import (
+    DataError,
+    check_conditions,
+    check_gene_order,
+    dense,
+    log_expression,
+    read_h5ad,
+)
 from sciml.perturbation.data.conditions import MAX_GENES, canonical_label, parse_condition
 
 CELL_TYPE_SEP = "@"
@@ -119,15 +126,43 @@ def load_table(path: str | Path, condition_key: str = "condition", control_label
                      source=source, sha256=digest)
 
 
+@dataclass(frozen=True)
+class ControlCells:
+    """Control cells of a user's file on a frozen gene vocabulary (predict time).
+
+    Attributes
+    ----------
+    x : (n, G) float32, log1p expression.
+    counts : (n, G) int64 raw counts on the model's genes, or ``None`` when the file has no counts layer (the one
+        named, else an integer-valued ``layers['counts']``).
+    counts_layer : the layer ``counts`` came from, or ``None``.
+
+    """
+
+    x: np.ndarray
+    counts: np.ndarray | None = None
+    counts_layer: str | None = None
+
+
 def read_control_cells(path: str | Path, genes: list[str], condition_key: str = "condition",
                        control_label: str = "ctrl", counts_layer: str | None = None, target_sum: float = 1e4,
                        reorder: bool = False, require_key: bool = False) -> np.ndarray:
-    """Control cells (n, G) of a user's file on a frozen gene vocabulary (predict time).
+    """Control cells (n, G) log1p of a user's file on a frozen gene vocabulary (:func:`read_controls`)."""
+    return read_controls(path, genes, condition_key, control_label, counts_layer, target_sum, reorder,
+                         require_key).x
+
+
+def read_controls(path: str | Path, genes: list[str], condition_key: str = "condition", control_label: str = "ctrl",
+                  counts_layer: str | None = None, target_sum: float = 1e4, reorder: bool = False,
+                  require_key: bool = False) -> ControlCells:
+    """Control cells of a user's file on a frozen gene vocabulary, with their raw counts when the file has them.
 
     Cells labelled ``control_label`` (or ``ctrl``) in ``obs[condition_key]`` are taken; a file without that column
     is taken to hold control cells only, unless ``require_key`` (the column was named by the user: its absence is
     an error naming the file). ``genes`` must appear in the file in this order, unless ``reorder`` (then the file's
-    columns are selected and reordered by name; genes must still all be present).
+    columns are selected and reordered by name; genes must still all be present). Expression is read from ``X``
+    (log1p) or, with ``counts_layer``, normalised from that layer; the counts are that layer, else an
+    integer-valued ``layers['counts']`` when the file has one.
     """
     source = str(path)
     adata = read_h5ad(path)
@@ -147,4 +182,11 @@ def read_control_cells(path: str | Path, genes: list[str], condition_key: str = 
             raise DataError(f"{source}: no control cells labelled {control_label!r} in obs[{condition_key!r}]; "
                             f"pass the control label, or a file of control cells only without that column")
         adata = adata[mask]
-    return log_expression(adata, source, counts_layer, target_sum)
+    x = log_expression(adata, source, counts_layer, target_sum)
+    layer = counts_layer or ("counts" if "counts" in adata.layers else None)
+    counts = None if layer is None else dense(adata.layers[layer])
+    if counts is not None and counts_layer is None and not (np.isfinite(counts).all() and (counts >= 0).all()
+                                                            and np.array_equal(counts, np.round(counts))):
+        counts, layer = None, None  # a 'counts' layer that holds no counts is not used
+    return ControlCells(x=x, counts=None if counts is None else np.round(counts).astype(np.int64),
+                        counts_layer=layer)
