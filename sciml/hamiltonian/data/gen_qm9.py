@@ -37,14 +37,18 @@ def molecule_file(index: int) -> str:
 
 def check_basis(numbers, basis: str) -> None:
     """One-line ValueError when pyscf has no ``basis`` for one of the elements ``numbers``."""
+    import warnings
+
     from pyscf import gto
     from pyscf.data.elements import ELEMENTS
 
     for z in sorted({int(z) for z in numbers}):
         symbol = ELEMENTS[z] if 0 < z < len(ELEMENTS) else str(z)
         try:
-            gto.basis.load(basis, symbol)
-        except Exception:  # pyscf raises BasisNotFoundError or KeyError, with warnings about other sources
+            with warnings.catch_warnings():  # pyscf suggests basis-set-exchange before it raises
+                warnings.simplefilter("ignore")
+                gto.basis.load(basis, symbol)
+        except Exception:  # pyscf raises BasisNotFoundError or KeyError
             raise ValueError(f"element {symbol} (Z={z}) has no {basis} basis in pyscf; the engine cannot compute it "
                              "(choose another --basis or leave the molecule out)") from None
 
