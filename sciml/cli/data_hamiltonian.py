@@ -108,8 +108,8 @@ def _run_qm9(args, settings) -> int:
     indices = parse_indices(args.indices) if args.indices else None
     selected = select_indices(args.n, args.seed, indices, args.max_heavy_atoms)
     mine = shard_indices(selected, i, k)
-    selection = {"n": args.n, "seed": args.seed, "indices": args.indices, "max_heavy_atoms": args.max_heavy_atoms,
-                 "n_selected": len(selected), "shard": [i, k]}
+    drawn = {"indices": args.indices} if indices else {"n": args.n, "seed": args.seed}
+    selection = {**drawn, "max_heavy_atoms": args.max_heavy_atoms, "n_selected": len(selected), "shard": [i, k]}
     res = generate_qm9_shard(qm9_molecules(mine), settings, shard_folder(args.out, i, k), args.workers,
                              progress=not args.no_progress, selection=selection)
     print(f"qm9 shard {i}/{k}: {res['computed']} computed, {res['skipped']} already done (skipped); "

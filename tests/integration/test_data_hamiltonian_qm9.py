@@ -95,3 +95,25 @@ def test_unsupported_element_and_misplaced_flags(tmp_path, capsys):
     assert main(["data", "hamiltonian", "--molecule", "water", "--shard", "0/2", "--out", str(tmp_path / "w"),
                  "--no-progress"]) == 2
     assert "use them with --source qm9" in capsys.readouterr().err
+
+
+def test_slurm_array_template_runs_its_shard(tmp_path):
+    """``configs/slurm/data_hamiltonian.sbatch`` run by bash as task 3 of ``--array=2-3``: it computes shard 1/2."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    sciml = Path(sys.executable).parent / "sciml"
+    if not sciml.is_file() or shutil.which("bash") is None:
+        pytest.skip("needs bash and the sciml console script")
+    env = {**os.environ, "PATH": f"{sciml.parent}{os.pathsep}{os.environ['PATH']}", "SLURM_ARRAY_JOB_ID": "7",
+           "SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_MIN": "2", "SLURM_ARRAY_TASK_COUNT": "2",
+           "SLURM_CPUS_PER_TASK": "1"}
+    script = Path(__file__).resolve().parents[2] / "configs" / "slurm" / "data_hamiltonian.sbatch"
+    done = subprocess.run(["bash", str(script), str(tmp_path / "q"), "--indices", "1-3", "--basis", "sto-3g",
+                           "--device", "cpu"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "shard 1/2" in done.stdout
+    assert verify_manifest(tmp_path / "q" / "shard-00001-of-00002") == []
