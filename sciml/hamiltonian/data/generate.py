@@ -22,6 +22,10 @@ __all__ = ["MoleculeJob", "SCFSettings", "check_settings", "compute_molecule_npz
            "run_molecule_scf", "run_pool"]
 
 
+#: DFT grid level of H0's "full" build, the level prediction uses; ``SCFSettings.grid_level`` is the SCF's alone
+H0_GRID_LEVEL = 3
+
+
 @dataclass(frozen=True)
 class SCFSettings:
     """Level of theory: ``xc`` (``"hf"`` for Hartree-Fock), ``basis``, energy tolerance, DFT grid level.
@@ -89,7 +93,8 @@ def run_molecule_scf(numbers, positions, settings: SCFSettings) -> dict:
 
     fock = mf.get_fock()
     fock = np.asarray(fock.get() if device == "gpu" else fock)  # gpu4pyscf returns a cupy array
-    mats = {"H": fock, **zeroth_step_matrices(mol, settings.xc, settings.grid_level, settings.h0)}
+    # H0 on the reference grid whatever the SCF's: prediction builds it there (sciml.hamiltonian.scf.molecule)
+    mats = {"H": fock, **zeroth_step_matrices(mol, settings.xc, H0_GRID_LEVEL, settings.h0)}
     return {"mats": mats, "ao_labels": mol.ao_labels(), "energy": float(mf.e_tot), "n_occupied": mol.nelectron // 2,
             "scf_seconds": seconds, "converged": bool(mf.converged), "device": device}
 
