@@ -69,6 +69,8 @@ def test_shards_partition_a_seeded_selection(tmp_path, capsys):
     shards = [qm9.shard_indices(chosen, i, 3) for i in range(3)]
     assert sorted(sum(shards, [])) == chosen and {len(s) for s in shards} <= {13, 14}
     assert qm9.parse_indices("1,2,5-7") == [1, 2, 5, 6, 7] and qm9.parse_shard("2/3") == (2, 3)
+    acetylene = qm9.qm9_molecules([4])[0]  # its CSV writes coordinates as 0. and 1.
+    assert acetylene.formula == "C2H2" and acetylene.positions[0] == (0.5995394918, 0.0, 1.0)
     out = tmp_path / "q"
     assert main(["data", "hamiltonian", *CPU, "--indices", "1-3", "--shard", "1/2", "--basis", "sto-3g",
                  "--out", str(out)]) == 0

@@ -8,6 +8,7 @@ inconsistent are absent, so the indices have gaps). The CSVs are read directly: 
 
 from __future__ import annotations
 
+import ast
 import json
 from dataclasses import dataclass
 from functools import lru_cache
@@ -139,14 +140,14 @@ def qm9_molecules(indices: list[int]) -> list[QM9Molecule]:
         df = pd.read_csv(folder / part, usecols=["Index", "Elements", "XYZ_Ang"],
                          skiprows=lambda r, w=wanted: r > 0 and r not in w)
         for idx, elements, xyz in zip(df["Index"], df["Elements"], df["XYZ_Ang"], strict=True):
-            symbols = json.loads(elements.replace("'", '"'))
+            symbols = ast.literal_eval(elements)  # Python literals: ['C','H'] and floats written as 0. or 1.
             bad = sorted(set(symbols) - set(QM9_ELEMENTS))
             if bad:
                 raise ValueError(f"QM9 index {idx} has element {bad[0]}, not one of {', '.join(QM9_ELEMENTS)}; "
                                  "reinstall qm9pack")
             numbers = tuple(QM9_ELEMENTS[s] for s in symbols)
             out[int(idx)] = QM9Molecule(int(idx), str(table["smiles"][idx]), _hill(symbols), numbers,
-                                        tuple(tuple(map(float, p)) for p in json.loads(xyz)))
+                                        tuple(tuple(map(float, p)) for p in ast.literal_eval(xyz)))
     return [out[i] for i in indices]
 
 
