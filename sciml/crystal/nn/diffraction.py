@@ -6,14 +6,20 @@ the learned "pseudo-particle" scattering factor.
 
 from __future__ import annotations
 
+import bisect
 import math
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 from torch_geometric.nn import global_mean_pool
 
 from sciml.core import keys
 from sciml.core.radial import CosineCutoff, GaussianBasis
+
+#: Memory allowed for the (reflection, atom) pair tensors of one chunk, bytes. The pairs of a structure number
+#: ``R N`` and ``R`` grows with the cell volume, so they grow as ``N²``; chunks over reflections keep memory flat.
+PAIR_BUDGET_BYTES = 256 * 2**20
 
 
 def reflection_atom_pairs(n_refl: torch.Tensor, n_atoms: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -30,15 +36,35 @@ def reflection_atom_pairs(n_refl: torch.Tensor, n_atoms: torch.Tensor) -> tuple[
     pair_refl, pair_atom : (n_pairs,) reflection and atom index of each pair, ``n_pairs = Σ_b R_b N_b``.
 
     """
-    graphs = torch.arange(len(n_refl), device=n_refl.device)
-    refl_graph = torch.repeat_interleave(graphs, n_refl)
+    refl_graph = torch.repeat_interleave(torch.arange(len(n_refl), device=n_refl.device), n_refl)
+    return (refl_graph, *_pairs(refl_graph, n_atoms, 0, len(refl_graph)))
+
+
+def _pairs(refl_graph: torch.Tensor, n_atoms: torch.Tensor, start: int, stop: int) -> tuple[torch.Tensor, ...]:
+    """``pair_refl, pair_atom`` of reflections ``start:stop`` (ordered by reflection, then atom)."""
     atom_ptr = torch.cumsum(n_atoms, 0) - n_atoms
-    counts = n_atoms[refl_graph]
-    pair_refl = torch.repeat_interleave(torch.arange(len(refl_graph), device=n_refl.device), counts)
-    start = torch.cumsum(counts, 0) - counts
-    local = torch.arange(int(counts.sum()), device=n_refl.device) - torch.repeat_interleave(start, counts)
-    pair_atom = torch.repeat_interleave(atom_ptr[refl_graph], counts) + local
-    return refl_graph, pair_refl, pair_atom
+    graph = refl_graph[start:stop]
+    counts = n_atoms[graph]
+    pair_refl = torch.repeat_interleave(torch.arange(start, stop, device=n_atoms.device), counts)
+    first = torch.cumsum(counts, 0) - counts
+    local = torch.arange(int(counts.sum()), device=n_atoms.device) - torch.repeat_interleave(first, counts)
+    pair_atom = torch.repeat_interleave(atom_ptr[graph], counts) + local
+    return pair_refl, pair_atom
+
+
+def reflection_chunks(pairs_per_refl: torch.Tensor, max_pairs: int) -> list[tuple[int, int]]:
+    """Split reflections into contiguous ranges ``(start, stop)`` of at most ``max_pairs`` pairs each.
+
+    ``pairs_per_refl`` ``(R,)`` is the number of atoms each reflection pairs with; a range always holds at least
+    one reflection, so one reflection of a structure larger than ``max_pairs`` atoms is a range of its own.
+    """
+    ends = torch.cumsum(pairs_per_refl, 0).tolist()
+    chunks, start, offset = [], 0, 0
+    while start < len(ends):
+        stop = max(start + 1, bisect.bisect_right(ends, offset + max_pairs, lo=start))
+        chunks.append((start, stop))
+        offset, start = ends[stop - 1], stop
+    return chunks
 
 
 class DiffractionBranch(nn.Module):
@@ -92,14 +118,25 @@ class DiffractionBranch(nn.Module):
         nn.init.zeros_(self.out[-1].weight)  # start as the graph-only model; the branch grows in if it helps
         nn.init.zeros_(self.out[-1].bias)
 
-    def scattering(self, h: torch.Tensor, atom: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    def bytes_per_pair(self, dtype: torch.dtype) -> int:
+        """Upper estimate of the memory one (reflection, atom) pair takes while its chunk is evaluated."""
+        floats = 5 * self.n_gauss + 25 + (4 * self.bins.n if self.site_resolved else 0)
+        return floats * torch.finfo(dtype).bits // 8 + 48  # + the int64 pair indices
+
+    def scattering(self, coeff: tuple[torch.Tensor, ...], atom: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
         """Cromer–Mann factors ``f_j(s) = Σ_m a_jm exp(-b_jm s²) + c_j``, ``s = |G|/4π``.
 
-        ``h`` ``(n_atoms, dim)``; ``atom`` and ``g`` ``(P,)``: atom index and |G| of each pair → ``(P,)``.
+        ``coeff`` ``(a, softplus(b), c)`` per atom from :meth:`coefficients`; ``atom`` and ``g`` ``(P,)``: atom
+        index and |G| of each pair → ``(P,)``.
         """
-        a, b, c = self.coeff(h).split([self.n_gauss, self.n_gauss, 1], dim=-1)  # per atom, then per pair
+        a, b, c = coeff
         s2 = (g / (4 * math.pi)) ** 2
-        return (a[atom] * torch.exp(-nn.functional.softplus(b)[atom] * s2.unsqueeze(-1))).sum(-1) + c[atom, 0]
+        return (a[atom] * torch.exp(-b[atom] * s2.unsqueeze(-1))).sum(-1) + c[atom, 0]
+
+    def coefficients(self, h: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """``(a, softplus(b), c)`` of the scattering factor of every atom, ``(n_atoms, n_gauss|n_gauss|1)``."""
+        a, b, c = self.coeff(h).split([self.n_gauss, self.n_gauss, 1], dim=-1)
+        return a, nn.functional.softplus(b), c
 
     def binned(self, values: torch.Tensor, g: torch.Tensor, index: torch.Tensor, size: int) -> torch.Tensor:
         """``Σ w(|G|) v φ_k(|G|)`` of values ``v`` at ``|G|`` into rows ``index``: ``(size, n_bins)``."""
@@ -107,24 +144,57 @@ class DiffractionBranch(nn.Module):
         return torch.zeros(size, weighted.shape[-1], dtype=values.dtype, device=values.device).index_add_(
             0, index, weighted)
 
-    def pattern(self, h: torch.Tensor, batch) -> torch.Tensor:
-        """Binned intensities: ``(n_graphs, n_bins)``, or ``(n_atoms, n_bins)`` per site if site-resolved."""
+    def _chunk(self, start: int, stop: int, coeff, g, hkl, frac, refl_graph, n_atoms):
+        """Evaluate the pairs of reflections ``start:stop`` (one chunk).
+
+        Returns ``(re F, im F)`` of those reflections, or with ``site_resolved`` the atoms' binned shares of their
+        intensities ``(n_atoms, n_bins)`` (unscaled).
+        """
+        pair_refl, pair_atom = _pairs(refl_graph, n_atoms, start, stop)
+        f = self.scattering(coeff, pair_atom, g[pair_refl])  # (P,) one factor per (reflection, atom) pair
+        phase = 2 * math.pi * (hkl[pair_refl] * frac[pair_atom]).sum(-1)
+        local = pair_refl - start
+        re = torch.zeros_like(g[start:stop]).index_add_(0, local, f * torch.cos(phase))  # F(G), (stop - start,)
+        im = torch.zeros_like(g[start:stop]).index_add_(0, local, f * torch.sin(phase))
+        if not self.site_resolved:
+            return re, im
+        share = f * (torch.cos(phase) * re[local] + torch.sin(phase) * im[local])  # Re[conj(f_j e^{iφ_j}) F(G)]
+        return self.binned(share, g[pair_refl], pair_atom, len(frac))
+
+    def pattern(self, h: torch.Tensor, batch, budget: int | None = None) -> torch.Tensor:
+        """Binned intensities: ``(n_graphs, n_bins)``, or ``(n_atoms, n_bins)`` per site if site-resolved.
+
+        The (reflection, atom) pairs are evaluated in chunks of whole reflections holding at most ``budget``
+        bytes (default :data:`PAIR_BUDGET_BYTES`); with gradients on, each chunk is recomputed in the backward
+        pass instead of stored (activation checkpointing), so training memory is bounded the same way. A batch
+        that fits in one chunk is computed in one pass.
+        """
         pos, cell = batch[keys.POS], batch[keys.CELL]
         n_atoms, n_refl = batch[keys.N_ATOMS], batch[keys.N_REFL]
         inv_cell = torch.linalg.inv(cell)  # (B, 3, 3)
         frac = torch.einsum("nc,ncd->nd", pos, inv_cell[batch[keys.BATCH]])
-        refl_graph, pair_refl, pair_atom = reflection_atom_pairs(n_refl, n_atoms)
+        refl_graph = torch.repeat_interleave(torch.arange(len(n_refl), device=n_refl.device), n_refl)
         hkl = batch[keys.HKL].to(pos.dtype)
         g = torch.linalg.vector_norm(2 * math.pi * torch.einsum("rc,rdc->rd", hkl, inv_cell[refl_graph]), dim=-1)
-
-        f = self.scattering(h, pair_atom, g[pair_refl])  # (P,) one factor per (reflection, atom) pair
-        phase = 2 * math.pi * (hkl[pair_refl] * frac[pair_atom]).sum(-1)
-        re = torch.zeros_like(g).index_add_(0, pair_refl, f * torch.cos(phase))  # F(G), (R,)
-        im = torch.zeros_like(g).index_add_(0, pair_refl, f * torch.sin(phase))
+        coeff = self.coefficients(h)
+        max_pairs = max(1, (PAIR_BUDGET_BYTES if budget is None else budget) // self.bytes_per_pair(pos.dtype))
+        chunks = reflection_chunks(n_atoms[refl_graph], max_pairs)
+        parts, shares = [], None
+        for start, stop in chunks:
+            args = (start, stop, coeff, g, hkl, frac, refl_graph, n_atoms)
+            if len(chunks) > 1 and torch.is_grad_enabled():
+                part = checkpoint(self._chunk, *args, use_reentrant=False)
+            else:
+                part = self._chunk(*args)
+            if self.site_resolved:  # (n_atoms, n_bins) per chunk: summed as they come
+                shares = part if shares is None else shares + part
+            else:
+                parts.append(part)
         scale = (2 * math.pi) ** 3 / torch.linalg.det(cell).abs()
-        if self.site_resolved:  # Re[conj(f_j e^{iφ_j}) F(G)]: atom j's share of |F(G)|²
-            share = f * (torch.cos(phase) * re[pair_refl] + torch.sin(phase) * im[pair_refl])
-            return self.binned(share, g[pair_refl], pair_atom, len(pos)) * scale[batch[keys.BATCH]].unsqueeze(-1)
+        if self.site_resolved:
+            return shares * scale[batch[keys.BATCH]].unsqueeze(-1)
+        re = torch.cat([part[0] for part in parts])
+        im = torch.cat([part[1] for part in parts])
         intensity = self.binned(re**2 + im**2, g, refl_graph, len(n_refl))
         return intensity * (scale / n_atoms.to(g.dtype)).unsqueeze(-1)
 
