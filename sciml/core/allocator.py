@@ -8,15 +8,19 @@ those pages in the process (``benchmarks/allocator.py`` times the README's pertu
 ``docs/benchmarks.md``). The cost: up to ``trim_bytes`` of freed memory stays with the process. Set
 ``SCIML_KEEP_FREED_MEMORY=0`` (or glibc's own ``MALLOC_MMAP_THRESHOLD_``/``MALLOC_TRIM_THRESHOLD_``) to keep the
 defaults.
+
+The other way round, :func:`release_freed_memory` hands freed heap pages back at once, for code that works through
+chunks of a bounded size and must keep its resident memory flat (the crystal diffraction branch on large cells).
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 
-__all__ = ["ENV", "keep_freed_memory"]
+__all__ = ["ENV", "keep_freed_memory", "release_freed_memory"]
 
 ENV = "SCIML_KEEP_FREED_MEMORY"
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc <malloc.h>
@@ -37,3 +41,23 @@ def keep_freed_memory(mmap_bytes: int = 32 * 2**20, trim_bytes: int = 256 * 2**2
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return bool(mallopt(M_MMAP_THRESHOLD, mmap_bytes)) & bool(mallopt(M_TRIM_THRESHOLD, trim_bytes))
+
+
+@functools.cache
+def _malloc_trim():
+    """Return the C library's ``malloc_trim`` (glibc), or ``None`` where there is none."""
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError, TypeError):  # no glibc (macOS, musl, Windows)
+        return None
+
+
+def release_freed_memory() -> None:
+    """Return freed heap pages to the operating system (glibc only; elsewhere nothing happens).
+
+    glibc keeps freed blocks of a few MiB on its heap, and chunk after chunk of pair temporaries fragments it, so
+    without this the resident memory grows with the number of chunks although the live tensors do not.
+    """
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)

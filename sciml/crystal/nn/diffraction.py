@@ -7,8 +7,6 @@ the learned "pseudo-particle" scattering factor.
 from __future__ import annotations
 
 import bisect
-import ctypes
-import functools
 import math
 
 import torch
@@ -17,6 +15,7 @@ from torch.utils.checkpoint import checkpoint
 from torch_geometric.nn import global_mean_pool
 
 from sciml.core import keys
+from sciml.core.allocator import release_freed_memory
 from sciml.core.radial import CosineCutoff, GaussianBasis
 
 #: Memory allowed for the (reflection, atom) pair tensors of one chunk, bytes. The pairs of a structure number
@@ -52,26 +51,6 @@ def _pairs(refl_graph: torch.Tensor, n_atoms: torch.Tensor, start: int, stop: in
     local = torch.arange(int(counts.sum()), device=n_atoms.device) - torch.repeat_interleave(first, counts)
     pair_atom = torch.repeat_interleave(atom_ptr[graph], counts) + local
     return pair_refl, pair_atom
-
-
-@functools.cache
-def _malloc_trim():
-    """Return the C library's ``malloc_trim`` (glibc), or ``None`` where there is none."""
-    try:
-        return ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError, TypeError):  # no glibc (macOS, musl, Windows)
-        return None
-
-
-def release_freed_memory() -> None:
-    """Return freed heap pages to the operating system (glibc only; elsewhere nothing happens).
-
-    glibc keeps freed blocks of a few MiB on its heap, and chunk after chunk of pair temporaries fragments it, so
-    without this the resident memory grows with the number of chunks although the live tensors do not.
-    """
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
 
 
 def reflection_chunks(pairs_per_refl: torch.Tensor, max_pairs: int) -> list[tuple[int, int]]:
