@@ -6,6 +6,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+import torch
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
@@ -20,3 +21,13 @@ def load_benchmark():
         return module
 
     return load
+
+
+@pytest.fixture
+def float64():
+    """Torch's default dtype float64 and its seed 0 for one test (equivariance and exactness checks), then restored."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    torch.manual_seed(0)
+    yield
+    torch.set_default_dtype(previous)

@@ -15,14 +15,6 @@ from sciml.crystal.nn.diffraction import reflection_chunks
 SETTINGS = GraphSettings(cutoff=6.0, max_neighbors=12, g_max=3.5)
 
 
-@pytest.fixture
-def float64():
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    torch.manual_seed(0)
-    yield
-    torch.set_default_dtype(previous)
-
 
 def perovskite(seed: int) -> Structure:
     rng = np.random.default_rng(seed)

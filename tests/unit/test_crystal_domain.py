@@ -24,13 +24,6 @@ from sciml.uq.groups import GROUP_FUNCTIONS, structure_groups
 GRAPH = GraphSettings.from_dict({"cutoff": 6.0, "max_neighbors": 12, "g_max": 3.0})
 
 
-@pytest.fixture
-def float64():
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(previous)
-
 
 def regressor() -> CrystalRegressor:
     torch.manual_seed(0)

@@ -17,14 +17,6 @@ SETTINGS = GraphSettings(cutoff=6.0, max_neighbors=12, g_max=3.5)
 RTOL = 1e-8  # float64: observed errors are ~1e-14, far below this
 
 
-@pytest.fixture
-def float64():
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    torch.manual_seed(0)
-    yield
-    torch.set_default_dtype(previous)
-
 
 def perovskite(perturb: float = 0.1, seed: int = 0) -> Structure:
     s = Structure(Lattice.cubic(3.9), ["Sr", "Ti", "O", "O", "O"],
