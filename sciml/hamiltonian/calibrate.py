@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sciml.core.io.artifact import add_extra_files, load_artifact, save_artifact, with_card_section
+from sciml.core.io.artifact import add_extra_files, card_section, load_artifact, save_artifact, with_card_section
 from sciml.hamiltonian.artifact import load_model
 from sciml.hamiltonian.domain import FILE as DOMAIN_FILE
 from sciml.hamiltonian.domain import pool_deep_groups
@@ -42,19 +42,6 @@ __all__ = ["OPERATIONS", "add_domain", "add_refine_calibration", "add_residual_b
 OPERATIONS = ("domain", "residual", "refine")
 #: model-card sections of the extra files that depend on the weights only (kept when the domain test is refitted)
 SECTIONS = {RESIDUAL_FILE: "SCF residual bound", REFINE_FILE: "Intervals of refined predictions"}
-
-
-def _card_section(card: str, title: str) -> str | None:
-    """The body of the ``## title`` section of a Markdown model card (None without one)."""
-    lines = card.splitlines()
-    if f"## {title}" not in lines:
-        return None
-    body = []
-    for line in lines[lines.index(f"## {title}") + 1:]:
-        if line.startswith("## "):
-            break
-        body.append(line)
-    return "\n".join(body)
 
 
 def add_domain(path: str | Path, data_path: str | None = None, alpha: float = 0.1, score: str = "normalized",
@@ -101,7 +88,7 @@ def add_domain(path: str | Path, data_path: str | None = None, alpha: float = 0.
     kept = {name: content for name, content in art.extras.items() if name != DOMAIN_FILE}  # residual, refine
     old_card = (art.path / "README.md").read_text()
     for name, title in SECTIONS.items():
-        body = _card_section(old_card, title)
+        body = card_section(old_card, title)
         if name in kept and body is not None:
             card = with_card_section(card, title, body)
     save_artifact(art.path, config=art.config, state_dict=art.state_dict, metadata=meta, calibrator=cal.to_dict(),

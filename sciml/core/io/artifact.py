@@ -133,6 +133,19 @@ def add_extra_files(path: str | Path, extras: Mapping[str, Any], *, metadata: Ma
     return art.path
 
 
+def card_section(card: str, title: str) -> str | None:
+    """The body of the ``## title`` section of a Markdown model card (None without one)."""
+    lines = card.splitlines()
+    if f"## {title}" not in lines:
+        return None
+    body = []
+    for line in lines[lines.index(f"## {title}") + 1:]:
+        if line.startswith("## "):
+            break
+        body.append(line)
+    return "\n".join(body)
+
+
 def with_card_section(card: str, title: str, body: str) -> str:
     """``card`` (Markdown) with its ``## title`` section(s) replaced by one holding ``body``, at the end.
 
