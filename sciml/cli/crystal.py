@@ -120,6 +120,7 @@ def run_predict(args, overrides: list[str]) -> int:
     import pandas as pd
     import torch
 
+    import sciml.core.pyg  # noqa: F401 (first torch_geometric import of the process: without torch._dynamo)
     from sciml.crystal.artifact import DEFAULT_MODEL, load_model
     from sciml.crystal.predict import iter_prediction_rows
     from sciml.crystal.write import write_rows

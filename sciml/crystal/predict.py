@@ -20,10 +20,10 @@ from itertools import islice
 import pandas as pd
 import torch
 from pymatgen.core import Element
-from torch_geometric.data import Batch
 from tqdm.auto import tqdm
 
 from sciml.core.elements import MAX_Z
+from sciml.core.pyg import Batch  # before sciml.crystal imports torch_geometric: start-up without torch._dynamo
 from sciml.core.structures import StructureError
 from sciml.crystal.artifact import DEFAULT_MODEL, CrystalPredictor, load_model
 from sciml.crystal.data.graphs import structure_to_graph

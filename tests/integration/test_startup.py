@@ -139,3 +139,24 @@ def test_hamiltonian_face_is_lazy():
 def test_any_first_e3nn_import_skips_dynamo(code):
     got = imported_after(f"{code}\nOUT = 'torch._dynamo' in sys.modules")
     assert got["out"] is False and "e3nn" in got["heavy"]
+
+
+@pytest.mark.parametrize("entry", [
+    "from sciml.cli.main import main\ncode = main(['crystal', 'predict', 'examples/structures/SrTiO3.cif', "
+    "'--output', OUTPUT, '--threads', '1'])",
+    "from sciml.crystal import predict\ncode = int(predict(['examples/structures/SrTiO3.cif'])['error'].any())",
+])
+def test_crystal_predict_path_skips_training_cell_and_quantum_packages(entry, tmp_path):
+    """A one-file crystal prediction (command or Python API) imports none of the packages it does not use.
+
+    Lightning, scanpy, anndata, pyscf, e3nn and matplotlib, and ``torch._dynamo`` (kept out by :mod:`sciml.core.pyg`)
+    were most of the one-file command's start-up (``benchmarks/crystal_speed.py``, ``one_file_command``).
+    """
+    unused = ("lightning", "pytorch_lightning", "scanpy", "anndata", "pyscf", "e3nn", "matplotlib", "torch._dynamo")
+    code = (f"import contextlib, io\nOUTPUT = {str(tmp_path / 'one.csv')!r}\n"
+            f"with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
+            + "".join(f"    {line}\n" for line in entry.splitlines())
+            + f"OUT = [code, sorted(m for m in {unused!r} if m in sys.modules)]")
+    got = imported_after(code)
+    assert got["out"] == [0, []], f"exit code and unused packages imported: {got['out']}"
+    assert {"torch", "torch_geometric", "pymatgen"} <= set(got["heavy"])
