@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from sciml.core.lazy import keep_public_names, lazy_exports
 
-#: public name -> module defining it
-_EXPORTS = {"CrystalPredictor": "sciml.crystal.artifact", "load_model": "sciml.crystal.artifact",
+#: public name -> module it is read from (``sciml.crystal.predict`` imports torch_geometric through
+#: :mod:`sciml.core.pyg`, without ``torch._dynamo``, before it imports the artifact reader)
+_EXPORTS = {"CrystalPredictor": "sciml.crystal.predict", "load_model": "sciml.crystal.predict",
             "iter_prediction_rows": "sciml.crystal.predict", "predict": "sciml.crystal.predict"}
 
 __all__ = sorted(_EXPORTS)
