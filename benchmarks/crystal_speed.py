@@ -23,6 +23,7 @@ the two is read under the same load (:mod:`startup`).
 Usage::
 
     nice python benchmarks/crystal_speed.py [--model NAME] [--n 1000] [--repeats 3] [--command-repeats 7]
+    nice python benchmarks/crystal_speed.py --skip-throughput --before /tmp/before   # the command, before/after
 
 Writes ``benchmarks/results/crystal_speed.json`` (cases merged: ``throughput:<model>``, ``one_file_command``).
 """
@@ -149,7 +150,8 @@ def ours(structures: list, ids: list[str], model: str | None, batch_size: int, r
     start = time.perf_counter()
     frame = predict(chosen, predictor, batch_size=batch_size)
     api_s = time.perf_counter() - start
-    result = {"model": predictor.path.name, "target": predictor.target["name"], "structures": len(chosen),
+    result = {"model": predictor.path.name, "target": predictor.target["name"],
+              "parameters": sum(p.numel() for p in predictor.module.parameters()), "structures": len(chosen),
               "atoms": atoms, "graph_failed": failed,
               "with_training_elements_only": sum(known_elements(s, predictor) for s in chosen),
               "in_domain": int((frame["in_domain"] == True).sum()),  # noqa: E712 (column of True/False/None)
@@ -193,32 +195,40 @@ def chgnet(structures: list, batch_size: int, repeats: int) -> dict:
             "graph_and_model": rates(len(structures), atoms, graph_s + model_s["median_s"])}
 
 
-def one_file_command(model: str | None, repeats: int) -> dict:
-    """Whole-process seconds of a one-file ``sciml crystal predict`` beside ``python -c "import torch"``."""
-    from startup import run_once, sciml_command
+def one_file_command(model: str | None, repeats: int, before: Path | None = None) -> dict:
+    """Whole-process seconds of a one-file ``sciml crystal predict`` beside ``python -c "import torch"``.
 
+    With ``before`` (another checkout, e.g. ``git worktree add /tmp/before <commit>``), the same command also runs
+    from there (through ``PYTHONPATH``, as in :mod:`startup`), interleaved run by run so that both see the same load.
+    """
+    from startup import commit, run_once, sciml_command
+
+    roots = {"command": ROOT} | ({"before": before.resolve()} if before else {})
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [*sciml_command(), "crystal", "predict", *(["--model", model] if model else []), ONE_FILE,
                "--output", str(Path(tmp) / "one.csv"), "--threads", "1"]
-        yardstick = [sys.executable, "-c", "import torch"]
-        times = {"command": [], "import_torch": []}
-        for k in range(repeats + 1):  # the first pair warms the file cache and is not counted
-            for name, argv in (("command", cmd), ("import_torch", yardstick)):
-                seconds, code, last = run_once(argv, ROOT, 1)
+        runs = [(name, cmd, root) for name, root in roots.items()]
+        runs.append(("import_torch", [sys.executable, "-c", "import torch"], ROOT))
+        times = {name: [] for name, _, _ in runs}
+        for k in range(repeats + 1):  # the first round warms the file cache and is not counted
+            for name, argv, root in runs:
+                seconds, code, last = run_once(argv, root, 1)
                 if code:
-                    raise SystemExit(f"error: {' '.join(argv)} exited {code}: {last}")
+                    raise SystemExit(f"error: {' '.join(argv)} in {root} exited {code}: {last}")
                 if k:
                     times[name].append(seconds)
-    ratios = [a / b for a, b in zip(times["command"], times["import_torch"], strict=True)]
-    median = statistics.median(times["command"])
     shown = ["sciml", "crystal", "predict", *(["--model", model] if model else []), ONE_FILE, "--output",
              "$TMP/one.csv", "--threads", "1"]
-    return {"command": " ".join(shown), "yardstick": 'python -c "import torch"',
-            "repeats": repeats, "median_s": round(median, 3), "min_s": round(min(times["command"]), 3),
-            "max_s": round(max(times["command"]), 3),
-            "import_torch_median_s": round(statistics.median(times["import_torch"]), 3),
-            "ratio_to_import_torch_median": round(statistics.median(ratios), 2),
-            "target_s": 4.0, "meets_target": median <= 4.0}
+    out = {"command": " ".join(shown), "yardstick": 'python -c "import torch"', "repeats": repeats,
+           "import_torch_median_s": round(statistics.median(times["import_torch"]), 3), "target_s": 4.0}
+    for name, root in roots.items():
+        ratios = [a / b for a, b in zip(times[name], times["import_torch"], strict=True)]
+        median = statistics.median(times[name])
+        row = {"checkout": commit(root), "median_s": round(median, 3), "min_s": round(min(times[name]), 3),
+               "max_s": round(max(times[name]), 3), "ratio_to_import_torch_median": round(statistics.median(ratios), 2)}
+        out |= row if name == "command" else {"before": row}
+    out["meets_target"] = out["median_s"] <= out["target_s"]
+    return out
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -232,6 +242,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--repeats", type=int, default=3, help="model passes (median reported)")
     parser.add_argument("--command-repeats", type=int, default=7, help="one-file command runs (0: skip)")
     parser.add_argument("--skip-throughput", action="store_true", help="measure the one-file command only")
+    parser.add_argument("--before", type=Path, default=None, help="another checkout: its one-file command too")
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     import torch
@@ -264,10 +275,12 @@ def main(argv: list[str] | None = None) -> dict:
                 print(f"{peer['model']}: model {peer['model_pass']['structures_per_s']}/s, graph "
                       f"{peer['graph']['structures_per_s']}/s, both {peer['graph_and_model']['structures_per_s']}/s")
         if args.command_repeats:
-            results["one_file_command"] = one_file_command(args.model, args.command_repeats)
+            results["one_file_command"] = one_file_command(args.model, args.command_repeats, args.before)
             got = results["one_file_command"]
             print(f"one-file command: {got['median_s']} s (median of {got['repeats']}), "
-                  f"{got['ratio_to_import_torch_median']}x `python -c 'import torch'`")
+                  f"{got['ratio_to_import_torch_median']}x `python -c 'import torch'`"
+                  + (f"; before: {got['before']['median_s']} s, {got['before']['ratio_to_import_torch_median']}x"
+                     if "before" in got else ""))
         results["load_average_1min_start_end"] = [round(load, 2), round(os.getloadavg()[0], 2)]
     return results
 
