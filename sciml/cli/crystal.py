@@ -59,7 +59,7 @@ def add_calibrate_parser(verbs) -> None:
                    "folder with id_prop.csv (required); domain: the training data, when moved")
     c.add_argument("--output", default=None, help="write the result to this new folder; the model is unchanged")
     c.add_argument("--alpha", type=float, default=0.1, help="conformal: miscoverage (default 0.1)")
-    c.add_argument("--method", default="split", choices=("split", "mondrian", "multigroup"),
+    c.add_argument("--method", default="split", choices=("split", "mondrian", "multigroup", "conditional"),
                    help="conformal: calibrator to fit (default split)")
     c.add_argument("--score", default=None, choices=("absolute", "normalized"),
                    help="conformal: conformity score (default: the artifact's, else absolute)")

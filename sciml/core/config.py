@@ -66,7 +66,7 @@ COMMON = {
         "score": Key("absolute", "conformity score (normalized: divided by the model's sigma)", "str",
                      ("absolute", "normalized", "cqr")),
         "alpha": Key(0.1, "default miscoverage level of the intervals"),
-        "method": Key("split", "calibrator", "str", ("split", "mondrian", "multigroup")),
+        "method": Key("split", "calibrator", "str", ("split", "mondrian", "multigroup", "conditional")),
         "group_by": Key(None, "group function(s) for mondrian/multigroup, e.g. crystal_system", "any"),
         "callback": Key(True, "calibrate after fit (false: at export, e.g. perturbation effects)"),
         "domain": Key(None, "Hamiltonian molecule models: domain-test settings at export (k, beta, holdout, "

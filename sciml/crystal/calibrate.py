@@ -34,7 +34,7 @@ from sciml.crystal.domain import CrystalDomain, fit_domain
 __all__ = ["OPERATIONS", "add_domain", "predict_labelled", "recalibrate"]
 
 OPERATIONS = ("conformal", "domain")
-METHODS = ("split", "mondrian", "multigroup")
+METHODS = ("split", "mondrian", "multigroup", "conditional")
 
 
 def predict_labelled(predictor, table, batch_size: int = 64, bar=None):

@@ -4,7 +4,8 @@ Importing this module registers the group functions with :mod:`sciml.uq.groups`,
 ``group_by: crystal_system`` (Mondrian) or ``group_by: [crystal_system, anion]`` (multigroup) can label crystals.
 Groups: ``crystal_system`` (0 triclinic … 6 cubic, pymatgen's spglib analysis at ``symprec = 0.1`` Å),
 ``anion`` (atomic number of the most electronegative element, Pauling scale; the anion of ionic solids) and
-``cell_size`` (the number of atoms in the cell).
+``cell_size`` (the number of atoms in the cell), ``n_elements`` (1, 2, 3, 4+) and ``size_range`` (cell sizes in
+powers of two: 1, 2-3, 4-7, ..., 64+ atoms).
 
 Cell-size bins. Prediction errors of an intensive target (eV/atom) depend on the cell size, so one threshold
 over-covers some sizes and under-covers others. ``group_by: cell_size`` in a config asks :func:`resolve_group_by`
@@ -24,7 +25,8 @@ from sciml.core import keys
 from sciml.uq.groups import GROUP_FUNCTIONS, register_group_function
 
 __all__ = ["CELL_SIZE", "CRYSTAL_SYSTEMS", "GROUP_FUNCTIONS", "anion", "cell_size", "cell_size_edges",
-           "crystal_system", "ensure_group_function", "graph_structures", "resolve_group_by"]
+           "crystal_system", "ensure_group_function", "graph_structures", "n_elements", "resolve_group_by",
+           "size_range"]
 
 CELL_SIZE = "cell_size"
 MIN_BIN_COUNT = 20  # calibration structures per size bin: finite 90% intervals need 9, 95% need 19
@@ -51,6 +53,16 @@ def anion(structure) -> int:
 def cell_size(structure) -> int:
     """Number of atoms in the cell."""
     return len(structure)
+
+
+def n_elements(structure) -> int:
+    """Number of distinct elements, capped at 4 (groups: unary, binary, ternary, 4 or more)."""
+    return min(len(structure.composition.elements), 4)
+
+
+def size_range(structure) -> int:
+    """Cell-size range ``floor(log2(n_atoms))``, capped at 6: 1, 2-3, 4-7, 8-15, 16-31, 32-63, 64+ atoms."""
+    return min(len(structure).bit_length() - 1, 6)
 
 
 def cell_size_edges(sizes, min_count: int = MIN_BIN_COUNT) -> list[int]:
@@ -124,6 +136,8 @@ def resolve_group_by(calibration: dict | None, structures: list, min_count: int 
 register_group_function("crystal_system", crystal_system)
 register_group_function("anion", anion)
 register_group_function(CELL_SIZE, cell_size)
+register_group_function("n_elements", n_elements)
+register_group_function("size_range", size_range)
 
 
 def graph_structures(batch) -> list:

@@ -201,11 +201,14 @@ def fit_domain(module, dm, calibrator, *, layer: str = "pooled", k: int = 5, max
     """
     train = collect(module, dm.loader("train"), layer)
     group_by = getattr(calibrator, "group_by", None)
-    if group_by is not None and not isinstance(group_by, str):
-        raise ValueError("shift-aware calibration supports split and Mondrian calibrators, not multigroup")
-    cal = collect(module, dm.loader("calib"), layer, with_structures=group_by is not None)
+    # shift-aware intervals reweight one score per point: split and Mondrian calibrators only
+    shift = hasattr(calibrator, "score_fn") and isinstance(group_by, str | None)
+    cal = collect(module, dm.loader("calib"), layer, with_structures=shift and group_by is not None)
     score = DomainScore(k=k, max_reference=max_reference, beta=beta).fit(train["emb"], cal["emb"], seed=seed)
-    scores = calibrator.score_fn.score(cal["mean"], cal["y"], cal["sigma"]).double()
+    if shift:
+        scores = calibrator.score_fn.score(cal["mean"], cal["y"], cal["sigma"]).double()
+    else:
+        scores, group_by, max_shift = torch.zeros(len(cal["y"]), dtype=torch.float64), None, 0
     groups = structure_groups(group_by, cal["structures"]) if group_by is not None else None
     keep = torch.randperm(len(scores), generator=torch.Generator().manual_seed(seed))[:max_shift].sort().values
     sizes = [int(g[keys.N_ATOMS]) for g in dm.datasets["train"]]

@@ -12,6 +12,9 @@ import math
 from math import nan
 from pathlib import Path
 
+import torch
+
+from sciml.core import keys
 from sciml.core.io import card
 from sciml.core.io.artifact import save_artifact
 from sciml.core.io.checksum import sha256_file
@@ -22,7 +25,8 @@ from sciml.crystal.domain import FILE as DOMAIN_FILE
 from sciml.crystal.domain import CrystalDomain, fit_domain
 from sciml.crystal.module import CrystalRegressor
 from sciml.crystal.task import datamodule
-from sciml.uq import coverage, mean_width
+from sciml.uq import Interval, coverage, mean_width
+from sciml.uq.hurdle import HurdleConformal
 from sciml.uq.groups import build_calibrator, fit_calibrator, loader_structures, predict_interval
 
 DOMAIN_BETA = 0.05  # default flag level of exported domain tests
@@ -83,7 +87,11 @@ def export(ckpt: str | Path, state: dict, output: str | Path, cfg: dict, calibra
     data_sha256 = sha256_file(labels_file(cfg["data"]["path"]))
     metrics = {"test_mae": float((mean - y).abs().mean()), "data_sha256": data_sha256}
     calibrator = domain = None
-    if calibrate:
+    if calibrate and module.zero_inflated:
+        cal, zero_metrics = calibrate_hurdle(module, dm, alpha)
+        metrics |= zero_metrics
+        calibrator = cal.to_dict()
+    elif calibrate:
         calibration = resolve_group_by(cfg.get("calibration"), [s for b in dm.calib_dataloader()
                                                                 for s in graph_structures(b)])
         cal = build_calibrator(calibration, score, alpha)  # split, or mondrian with group_by (cell_size: bins)
@@ -94,9 +102,10 @@ def export(ckpt: str | Path, state: dict, output: str | Path, cfg: dict, calibra
         metrics |= {"test_coverage": float(coverage(interval, y.double())),
                     "test_width": float(mean_width(interval)), "alpha": alpha,
                     "n_calib": int(cal.scores.numel())}
-        if isinstance(getattr(cal, "group_by", None), str):
+        if getattr(cal, "group_by", None) is not None:
             metrics["group_by"] = cal.group_by
         calibrator = cal.to_dict()
+    if calibrate:
         n_cal = dm.split_sizes()["calib"]
         if (n_cal + 1) * DOMAIN_BETA >= 1:
             domain = fit_domain(module, dm, cal, beta=DOMAIN_BETA, seed=int(cfg.get("seed", 0)))
@@ -104,7 +113,8 @@ def export(ckpt: str | Path, state: dict, output: str | Path, cfg: dict, calibra
             metrics["domain"] = (f"not fitted: {n_cal} calibration structures, the domain test at beta={DOMAIN_BETA} "
                                  f"needs at least {math.ceil(1 / DOMAIN_BETA) - 1}")
     art_cfg = {"task": "crystal", "module": hparams, "data": cfg["data"]}
-    metadata = {"task": "crystal", "target": {k: hparams["target"][k] for k in ("name", "unit", "extensive")},
+    target_keys = ("name", "unit", "extensive", "zero_inflated", "zero_label")
+    metadata = {"task": "crystal", "target": {k: hparams["target"][k] for k in target_keys if k in hparams["target"]},
                 "elements": hparams["elements"], "graph": hparams["graph"], "split_sizes": dm.split_sizes(),
                 "metrics": metrics, "source_checkpoint": ckpt.name}
     if domain is not None:
@@ -113,6 +123,50 @@ def export(ckpt: str | Path, state: dict, output: str | Path, cfg: dict, calibra
     save_artifact(output, config=art_cfg, state_dict=module.state_dict(), metadata=metadata,
                   calibrator=calibrator, card=card, extras={DOMAIN_FILE: domain.to_dict()} if domain else None)
     return metrics
+
+
+@torch.no_grad()
+def collect_parts(module: CrystalRegressor, loader) -> tuple[torch.Tensor, ...]:
+    """``(p₀, y₊, ŷ, y)`` over ``loader`` for a zero-inflated model, each ``(n,)`` float64."""
+    module.eval()
+    out = []
+    for batch in loader:
+        pred = module.predict_step(batch)
+        out.append((pred.meta["p_zero"], pred.meta["positive"], pred.mean, batch[keys.TARGET]))
+    return tuple(torch.cat(parts).double() for parts in zip(*out, strict=True))
+
+
+def calibrate_hurdle(module: CrystalRegressor, dm, alpha: float) -> tuple[HurdleConformal, dict]:
+    """Class-wise conformal calibration of a zero-inflated model (:mod:`sciml.uq.hurdle`) and its test metrics.
+
+    Metrics: coverage and mean width overall, among zeros and among positives; ROC-AUC of ``p₀`` for ``y = 0``;
+    MAE overall and among positives.
+    """
+    cal_p_zero, cal_value, _, cal_y = collect_parts(module, dm.calib_dataloader())
+    cal = HurdleConformal(alpha).fit(cal_p_zero, cal_value, cal_y)
+    p_zero, value, mean, y = collect_parts(module, dm.test_dataloader())
+    interval = cal.predict_set(p_zero, value, alpha)
+    zero = y <= 0
+    t, q = cal.thresholds(alpha)
+    metrics = {"test_mae": float((mean - y).abs().mean()), "test_mae_positive": float((mean - y)[~zero].abs().mean()),
+               "test_coverage": float(coverage(interval, y)), "test_width": float(mean_width(interval)),
+               "alpha": alpha, "n_calib": cal.n_calib, "zero_threshold": float(t), "half_width": float(q),
+               "test_roc_auc_zero": roc_auc(p_zero, zero)}
+    for name, rows in (("zero", zero), ("positive", ~zero)):
+        part = Interval(interval.lower[rows], interval.upper[rows])
+        metrics[f"test_coverage_{name}"] = float(coverage(part, y[rows]))
+    return cal, metrics
+
+
+def roc_auc(score: torch.Tensor, positive: torch.Tensor) -> float:
+    """Area under the ROC curve of ``score`` for the bool labels ``positive`` (ties count one half)."""
+    from scipy.stats import rankdata
+
+    ranks = torch.as_tensor(rankdata(score.numpy()))
+    n_pos, n_neg = int(positive.sum()), int((~positive).sum())
+    if n_pos == 0 or n_neg == 0:
+        return nan
+    return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
 def domain_summary(domain: CrystalDomain) -> dict:

@@ -2,6 +2,11 @@
 
 A network of :data:`sciml.crystal.nn.NETWORKS` predicts a standardised intensive value ``z``; the target is
 ``ŷ = (z·σ + μ)·n`` with ``n = n_atoms`` for extensive targets (eV per cell) and ``n = 1`` otherwise.
+
+A zero-inflated target (``target["zero_inflated"]``: ``y >= 0`` with a point mass at 0, e.g. band gaps, 0 for
+metals) is a hurdle model: the network gives a logit ``ℓ`` and ``z``; ``p₀ = sigmoid(ℓ)`` is the probability
+that ``y = 0`` and ``y₊ = max((z·σ + μ)·n, 0)`` the value if it is not (``μ, σ`` of the positive values). The
+point prediction is the mixture's median: 0 when ``p₀ >= 1/2``, else ``y₊``; it is never negative.
 Training adds the loss and the optimiser on top (:class:`sciml.crystal.module.CrystalRegressor`); keeping
 Lightning out of this module keeps it out of ``sciml crystal predict``.
 """
@@ -58,7 +63,8 @@ class CrystalModel(torch.nn.Module):
         self.config = {"network": network, "graph": graph, "target": dict(target), "elements": list(elements),
                        **training}
         self.graph = GraphSettings.from_dict(graph)
-        kwargs = {k: v for k, v in network.items() if k != "name"}
+        kwargs = {k: v for k, v in network.items() if k != "name"} | ({"n_out": 2} if target.get("zero_inflated")
+                                                                      else {})
         if network["name"] not in NETWORKS:
             raise ValueError(f"unknown network {network['name']!r}; known: {sorted(NETWORKS)}")
         self.net = NETWORKS[network["name"]](cutoff=self.graph.cutoff, g_max=self.graph.g_max, **kwargs)
@@ -81,9 +87,26 @@ class CrystalModel(torch.nn.Module):
     def _denormalise(self, z: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         return (z * self.target["std"] + self.target["mean"]) * scale
 
+    @property
+    def zero_inflated(self) -> bool:
+        """Whether the target is zero-inflated (module docstring)."""
+        return bool(self.target.get("zero_inflated"))
+
+    def parts(self, batch) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """``(p₀, y₊)``, each ``(n_graphs,)``: probability of ``y = 0`` (None unless zero-inflated) and the value.
+
+        For a plain target ``y₊`` is the prediction itself; for a zero-inflated one it is the value if ``y > 0``,
+        clipped at 0.
+        """
+        out = self.net(batch)
+        if not self.zero_inflated:
+            return None, self._denormalise(out, self._scale(batch))
+        return torch.sigmoid(out[:, 0]), self._denormalise(out[:, 1], self._scale(batch)).clamp_min(0.0)
+
     def forward(self, batch) -> torch.Tensor:
         """Predicted target per structure, shape ``(n_graphs,)``, in the target unit."""
-        return self._denormalise(self.net(batch), self._scale(batch))
+        p_zero, value = self.parts(batch)
+        return value if p_zero is None else torch.where(p_zero >= 0.5, torch.zeros_like(value), value)
 
     def embed(self, batch, layer: str = "pooled") -> torch.Tensor:
         """Learned representation of each structure, shape ``(n_graphs, d)``, for the applicability domain.
@@ -108,5 +131,9 @@ class CrystalModel(torch.nn.Module):
         return graph_structures(batch)
 
     def predict_step(self, batch, batch_idx: int = 0) -> Prediction:
-        return Prediction(mean=self(batch), sigma=self._scale(batch),
-                          meta={"target": self.target["name"], "unit": self.target["unit"]})
+        p_zero, value = self.parts(batch)
+        meta = {"target": self.target["name"], "unit": self.target["unit"]}
+        if p_zero is None:
+            return Prediction(mean=value, sigma=self._scale(batch), meta=meta)
+        mean = torch.where(p_zero >= 0.5, torch.zeros_like(value), value)
+        return Prediction(mean=mean, sigma=self._scale(batch), meta=meta | {"p_zero": p_zero, "positive": value})

@@ -33,10 +33,22 @@ class CrystalRegressor(CrystalModel, L.LightningModule):
         self.loss_fn = LOSSES[self.optim["loss"]]
 
     def _standardised_loss(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
-        t, scale = self.target, self._scale(batch)
-        z = self.net(batch)
-        z_true = (batch[keys.TARGET] / scale - t["mean"]) / t["std"]
-        return self.loss_fn(z, z_true), (self._denormalise(z, scale) - batch[keys.TARGET]).abs()
+        """Loss on the standardised target and absolute errors ``(n_graphs,)`` in the target unit.
+
+        Zero-inflated targets: binary cross-entropy of ``y = 0`` plus the regression loss on the ``y > 0`` rows.
+        """
+        t, scale, y = self.target, self._scale(batch), batch[keys.TARGET]
+        out = self.net(batch)
+        z_true = (y / scale - t["mean"]) / t["std"]
+        if not self.zero_inflated:
+            return self.loss_fn(out, z_true), (self._denormalise(out, scale) - y).abs()
+        zero = (y <= 0).to(out.dtype)
+        loss = nn.functional.binary_cross_entropy_with_logits(out[:, 0], zero)
+        positive = zero == 0
+        if positive.any():
+            loss = loss + self.loss_fn(out[positive, 1], z_true[positive])
+        value = self._denormalise(out[:, 1], scale).clamp_min(0.0)
+        return loss, (torch.where(out[:, 0] >= 0, torch.zeros_like(value), value) - y).abs()
 
     def training_step(self, batch, batch_idx: int) -> torch.Tensor:
         loss, err = self._standardised_loss(batch)

@@ -30,14 +30,25 @@ from sciml.crystal.data.graphs import structure_to_graph
 from sciml.crystal.data.sources import iter_structures
 from sciml.crystal.shift import shift_thresholds
 from sciml.uq.groups import predict_interval, structure_groups
+from sciml.uq.hurdle import HurdleConformal
 
 NO_GUARANTEE = "the interval carries no guarantee"
 
 
-def columns(target: str) -> list[str]:
-    """CSV columns of ``crystal predict`` (docs/design.md §2), plus domain, ``note`` and ``error``."""
-    return ["source", "formula", "n_atoms", target, f"{target}_lower", f"{target}_upper", "alpha",
+def columns(target: dict) -> list[str]:
+    """CSV columns of ``crystal predict`` (docs/design.md §2), plus domain, ``note`` and ``error``.
+
+    A zero-inflated target (band gap) adds ``p_<zero_label>`` (``p_metal``): the probability that it is 0.
+    """
+    name = target["name"]
+    p_zero = [zero_column(target)] if target.get("zero_inflated") else []
+    return ["source", "formula", "n_atoms", name, f"{name}_lower", f"{name}_upper", *p_zero, "alpha",
             "domain_pvalue", "in_domain", "note", "error"]
+
+
+def zero_column(target: dict) -> str:
+    """Column of the probability that a zero-inflated target is 0 (``p_metal`` for band gaps)."""
+    return f"p_{target.get('zero_label', 'zero')}"
 
 
 def unseen_elements(structure, predictor: CrystalPredictor) -> list[str]:
@@ -81,6 +92,8 @@ def _run(good, predictor: CrystalPredictor) -> dict:
     pred = predictor.module.predict_step(batch)
     out = {"mean": pred.mean.double(), "sigma": pred.sigma.double(), "emb": None,
            "pvalue": torch.full((len(good),), math.nan, dtype=torch.float64)}
+    if "p_zero" in pred.meta:  # zero-inflated: probability of 0 and the value if not
+        out |= {"p_zero": pred.meta["p_zero"].double(), "positive": pred.meta["positive"].double()}
     if predictor.domain is not None:
         out["emb"] = predictor.module.embed(batch, predictor.domain.layer).double()
         out["pvalue"] = predictor.domain.pvalue(out["emb"])
@@ -101,6 +114,8 @@ def _rows(good, run: dict, lower, upper, predictor: CrystalPredictor, alpha, bet
                    target: float(run["mean"][i]), f"{target}_lower": float(lower[i]),
                    f"{target}_upper": float(upper[i]), "alpha": alpha, "domain_pvalue": p,
                    "in_domain": in_domain, "note": note, "error": ""}
+        if "p_zero" in run:
+            rows[k][zero_column(predictor.target)] = float(run["p_zero"][i])
     return rows
 
 
@@ -108,6 +123,9 @@ def _plain_interval(good, run: dict, predictor: CrystalPredictor, alpha):
     nan = torch.full_like(run["mean"], math.nan)
     if predictor.calibrator is None or alpha is None:
         return nan, nan
+    if isinstance(predictor.calibrator, HurdleConformal):
+        interval = predictor.calibrator.predict_set(run["p_zero"], run["positive"], alpha)
+        return interval.lower, interval.upper
     interval = predict_interval(predictor.calibrator, run["mean"], run["sigma"], alpha,
                                 [structure for _, _, structure, _, _ in good])  # groups if Mondrian
     return interval.lower, interval.upper
@@ -122,6 +140,10 @@ def _check_shift_aware(predictor: CrystalPredictor, alpha) -> None:
     if predictor.domain is None or predictor.calibrator is None or alpha is None:
         raise ValueError(f"{predictor.path}: --shift-aware needs a calibrated model with domain.json and an alpha; "
                          "re-export with `sciml export --calibrate` or drop --shift-aware")
+    if not hasattr(predictor.calibrator, "score_fn") or not isinstance(
+            getattr(predictor.calibrator, "group_by", None), str | None):
+        raise ValueError(f"{predictor.path}: --shift-aware works with split and Mondrian calibrators; this model's "
+                         f"is '{predictor.calibrator.method}': drop --shift-aware")
     if not predictor.shift_current:
         raise ValueError(f"{predictor.path}: calibrator.json was replaced after domain.json was made, so its "
                          "shift-aware scores are stale; run `sciml crystal calibrate --operation domain` on the "
@@ -209,7 +231,7 @@ def iter_prediction_rows(inputs: Iterable, predictor: CrystalPredictor, alpha: f
 
 
 def _ordered(rows: dict, k: int, predictor: CrystalPredictor) -> dict:
-    return {c: rows[k].get(c) for c in columns(predictor.target["name"])}
+    return {c: rows[k].get(c) for c in columns(predictor.target)}
 
 
 def predict(structures: Iterable, model: str | CrystalPredictor = DEFAULT_MODEL, alpha: float | None = 0.1,
@@ -248,4 +270,4 @@ def predict(structures: Iterable, model: str | CrystalPredictor = DEFAULT_MODEL,
     predictor = model if isinstance(model, CrystalPredictor) else load_model(model)
     rows = list(iter_prediction_rows(structures, predictor, alpha, batch_size, beta=beta, shift_aware=shift_aware,
                                      min_ess=min_ess))
-    return pd.DataFrame(rows, columns=columns(predictor.target["name"]))
+    return pd.DataFrame(rows, columns=columns(predictor.target))

@@ -21,6 +21,8 @@ def build(cfg: dict, run_dir: Path | None = None) -> tuple[CrystalDataModule, Cr
     data = cfg["data"]
     target = {"name": data["target"], "unit": data.get("unit", ""), "extensive": bool(data.get("extensive")),
               "mean": dm.target_mean, "std": dm.target_std}
+    if data.get("zero_inflated"):
+        target |= {"zero_inflated": True, "zero_label": data.get("zero_label", "zero")}
     model = CrystalRegressor(network=cfg["model"]["network"], graph=dm.graph.to_dict(), target=target,
                              elements=dm.elements, optim=cfg["model"].get("optim"))
     return dm, model

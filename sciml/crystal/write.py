@@ -35,7 +35,7 @@ def write_rows(rows: Iterable[dict], predictor: CrystalPredictor, path: str | No
         handle.write(f"# sciml crystal predict; model: {predictor.path.name}; {t['name']} in {t['unit']}; "
                      f"lower/upper: conformal interval at miscoverage alpha, guaranteed only where in_domain is "
                      f"True (domain_pvalue > beta, known elements)\n")
-        writer = csv.DictWriter(handle, fieldnames=columns(t["name"]))
+        writer = csv.DictWriter(handle, fieldnames=columns(t))
         writer.writeheader()
         for row in rows:
             writer.writerow(row)

@@ -24,8 +24,10 @@ from .catalogue.slab import Slab, worst_slab_coverage
 from .catalogue.snap import SnapUQ, isotonic_fit, isotonic_predict
 from .catalogue.spi import SPIConformal, rank_pmf, rank_windows
 from .catalogue.up_ocp import UPOCP
+from .conditional import ConditionalConformal, quantile_regression
 from .domain import DomainScore, knn_distance
 from .ellipsoid import Ellipsoid
+from .hurdle import HurdleConformal
 from .metrics import (
     coverage,
     group_coverage,
@@ -57,6 +59,9 @@ __all__ = [
     "ACI",
     "APS",
     "CALIBRATORS",
+    "ConditionalConformal",
+    "HurdleConformal",
+    "quantile_regression",
     "CLASSIFICATION_SCORES",
     "COP",
     "CQR",

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from .conditional import ConditionalConformal
 from .mondrian import MondrianConformal
 from .multigroup import MultiGroupConformal
 from .split import CALIBRATORS, SplitConformal
@@ -65,15 +66,16 @@ def build_calibrator(cfg: Mapping[str, Any] | None, score: str, alpha: float) ->
         return SplitConformal(score=score, alpha=alpha)
     if method == "mondrian":
         return MondrianConformal(score=score, alpha=alpha, group_by=cfg.get("group_by", "crystal_system"))
-    if method == "multigroup":
+    if method in ("multigroup", "conditional"):
         names = cfg.get("group_by", ["crystal_system", "anion"])
         names = names.split(",") if isinstance(names, str) else list(names)
         unknown = [n for n in names if n not in GROUP_FUNCTIONS]
         if unknown:
             raise ValueError(f"unknown group function(s) {unknown}; known: {sorted(GROUP_FUNCTIONS)}")
-        return MultiGroupConformal(score=score, alpha=alpha, group_by=names)
-    raise ValueError(f"calibration method {method!r} is not available for models; use one of ['mondrian', "
-                     "'multigroup', 'split'] "
+        kind = MultiGroupConformal if method == "multigroup" else ConditionalConformal
+        return kind(score=score, alpha=alpha, group_by=names)
+    raise ValueError(f"calibration method {method!r} is not available for models; use one of ['conditional', "
+                     "'mondrian', 'multigroup', 'split'] "
                      f"(all calibrators: {sorted(CALIBRATORS)})")
 
 

@@ -23,6 +23,10 @@ class GraphSettings:
         Neighbour search radius, Å.
     max_neighbors : int or None
         Keep the k nearest neighbours (plus ties), or all within ``cutoff`` when ``None``.
+    tie_tol : float
+        Neighbours within ``tie_tol`` Å of the k-th nearest are kept too, so a shell is kept or dropped whole:
+        an ideal high-symmetry crystal and the same crystal displaced by much less than ``tie_tol`` get the same
+        graph (ideal diamond: 4 + 12 neighbours at k = 12 either way).
     g_max : float
         Keep reflections with ``0 < |G| ≤ g_max``, Å⁻¹ (``G`` includes the 2π).
 
@@ -31,6 +35,7 @@ class GraphSettings:
     cutoff: float = 8.0
     max_neighbors: int | None = 12
     g_max: float = 4.0
+    tie_tol: float = 0.01
 
     @classmethod
     def from_dict(cls, d: dict) -> GraphSettings:
@@ -71,7 +76,7 @@ def structure_to_graph(structure, settings: GraphSettings, source: str = "<struc
         If an atom has no neighbour within the cutoff.
 
     """
-    edge_index, shifts = neighbor_list(structure, settings.cutoff, settings.max_neighbors)
+    edge_index, shifts = neighbor_list(structure, settings.cutoff, settings.max_neighbors, settings.tie_tol)
     n = len(structure)
     isolated = np.setdiff1d(np.arange(n), edge_index[0])
     if len(isolated):

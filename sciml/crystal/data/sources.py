@@ -85,7 +85,7 @@ def _expand_path(path: Path, check: dict[str, Any]) -> Iterator[Item]:
     elif path.is_dir():
         for file in sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith(".")):
             yield _read(file, str(file), check)
-    elif path.is_file() and path.suffix.lower() == ".csv":
+    elif is_table(path):
         try:
             header = _csv_header(path)
         except StructureError as err:
@@ -132,16 +132,21 @@ def _csv_header(path: Path) -> list[str]:
     return header
 
 
-def _csv_rows(path: Path, header: list[str], extra: tuple[str, ...] = ()) -> Iterator[tuple[str, str, list]]:
-    """Stream ``(id, cif text, [extra column values])`` per CSV row, ``CSV_CHUNK`` rows at a time."""
+def _csv_rows(path: Path, header: list[str], extra: tuple[str, ...] = (),
+              text: bool = True) -> Iterator[tuple[str, str, list]]:
+    """Stream ``(id, cif text, [extra column values])`` per CSV row, ``CSV_CHUNK`` rows at a time.
+
+    ``text=False`` skips the ``cif`` column (the text is then ``""``).
+    """
     id_column = next((c for c in ID_COLUMNS if c in header), None)
-    usecols = list(dict.fromkeys([CIF_COLUMN, *extra, *([id_column] if id_column else [])]))
+    usecols = list(dict.fromkeys([*([CIF_COLUMN] if text else []), *extra, *([id_column] if id_column else [])]))
     row = 0
     with pd.read_csv(path, usecols=usecols, chunksize=CSV_CHUNK, dtype=object) as reader:
         for chunk in reader:
             ids = chunk[id_column] if id_column else [None] * len(chunk)
-            for text, ident, *rest in zip(chunk[CIF_COLUMN], ids, *(chunk[c] for c in extra), strict=True):
-                yield _format_id(ident, row), text if isinstance(text, str) else "", rest
+            cifs = chunk[CIF_COLUMN] if text else [""] * len(chunk)
+            for cif, ident, *rest in zip(cifs, ids, *(chunk[c] for c in extra), strict=True):
+                yield _format_id(ident, row), cif if isinstance(cif, str) else "", rest
                 row += 1
 
 
@@ -197,22 +202,46 @@ def read_labelled(path: str | Path, target: str | None = None) -> pd.DataFrame:
         for name, file, rest in _id_prop_rows(path):
             y = _target_value(rest[0] if rest else None, f"{path / ID_PROP}: row {name!r}")
             rows.append((name, read_structure(file, str(file)), y))
-    elif path.is_file() and path.suffix.lower() == ".csv":
-        header = _csv_header(path)
-        if target is None or target not in header:
-            raise ValueError(f"{path}: target column {target!r} not found; columns: {', '.join(header)}")
+    elif is_table(path):
         rows = []
-        stream = _csv_rows(path, header, (target,))
+        stream = labelled_rows(path, target)
         with closing(stream):  # close the CSV even when a row raises
-            for ident, text, (value,) in stream:
+            for ident, text, y in stream:
                 source = f"{path}:{ident}"
-                structure = read_structure(parse_cif_string(text, source), source)
-                rows.append((ident, structure, _target_value(value, f"{source}: {target}")))
+                rows.append((ident, read_structure(parse_cif_string(text, source), source), y))
     else:
         raise ValueError(
-            f"{path}: expected a folder with {ID_PROP} or a .csv file with a '{CIF_COLUMN}' column"
+            f"{path}: expected a folder with {ID_PROP} or a .csv (or .csv.gz) file with a '{CIF_COLUMN}' column"
         )
     return pd.DataFrame(rows, columns=["id", "structure", "y"])
+
+
+def is_table(path: Path) -> bool:
+    """Whether ``path`` is a CSV file (``.csv``, or gzipped ``.csv.gz``)."""
+    name = path.name.lower()
+    return path.is_file() and (name.endswith(".csv") or name.endswith(".csv.gz"))
+
+
+def labelled_rows(path: Path, target: str | None, text: bool = True) -> Iterator[tuple[str, str, float]]:
+    """Stream ``(id, cif text, target value)`` per row of a labelled CSV; a missing or bad target raises.
+
+    With ``text=False`` the CIF column is not read and the text is ``""`` (targets only, fast).
+    """
+    header = _csv_header(path)
+    if target is None or target not in header:
+        raise ValueError(f"{path}: target column {target!r} not found; columns: {', '.join(header)}")
+    stream = _csv_rows(path, header, (target,), text=text)
+    with closing(stream):
+        for ident, cif, (value,) in stream:
+            yield ident, cif, _target_value(value, f"{path}:{ident}: {target}")
+
+
+def structure_rows(path: Path) -> Iterator[tuple[str, str]]:
+    """Stream ``(id, cif text)`` per row of a CSV with a ``cif`` column."""
+    stream = _csv_rows(path, _csv_header(path))
+    with closing(stream):
+        for ident, cif, _ in stream:
+            yield ident, cif
 
 
 def _target_value(value: Any, where: str) -> float:

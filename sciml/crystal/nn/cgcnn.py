@@ -25,15 +25,17 @@ class CGCNN(nn.Module):
         Unused (accepted so every network takes the same graph settings).
     dim, n_layers, n_rbf : int
         Width, number of convolutions and radial basis size.
+    n_out : int
+        Outputs per structure (2 for a zero-inflated target: a logit and a value).
 
     """
 
     def __init__(self, cutoff: float, g_max: float = 0.0, dim: int = 64, n_layers: int = 3,
-                 n_rbf: int = 40) -> None:
+                 n_rbf: int = 40, n_out: int = 1) -> None:
         super().__init__()
         self.encoder = AtomGraphEncoder(dim, dim, cutoff, n_rbf)
         self.convs = nn.ModuleList(CGConv(dim, dim, batch_norm=True) for _ in range(n_layers))
-        self.head = nn.Sequential(nn.Linear(dim, dim), nn.Softplus(), nn.Linear(dim, 1))
+        self.head = nn.Sequential(nn.Linear(dim, dim), nn.Softplus(), nn.Linear(dim, n_out))
 
     def embed(self, batch) -> torch.Tensor:
         """Mean-pooled atom features fed to the head, shape ``(n_graphs, dim)``."""
@@ -43,5 +45,6 @@ class CGCNN(nn.Module):
         return global_mean_pool(h, batch[keys.BATCH], size=len(batch[keys.N_ATOMS]))
 
     def forward(self, batch) -> torch.Tensor:
-        """Predict one intensive value per structure, shape ``(n_graphs,)``."""
-        return self.head(self.embed(batch)).squeeze(-1)
+        """Intensive outputs per structure, shape ``(n_graphs,)``, or ``(n_graphs, n_out)`` when ``n_out > 1``."""
+        out = self.head(self.embed(batch))
+        return out.squeeze(-1) if out.shape[-1] == 1 else out

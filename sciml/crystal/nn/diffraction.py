@@ -21,6 +21,8 @@ from sciml.core.radial import CosineCutoff, GaussianBasis
 #: Memory allowed for the (reflection, atom) pair tensors of one chunk, bytes. The pairs of a structure number
 #: ``R N`` and ``R`` grows with the cell volume, so they grow as ``N²``; chunks over reflections keep memory flat.
 PAIR_BUDGET_BYTES = 32 * 2**20
+#: The same on a GPU, where memory is plentiful and each extra chunk costs a recomputation in the backward pass.
+GPU_PAIR_BUDGET_BYTES = 2 * 2**30
 
 
 def reflection_atom_pairs(n_refl: torch.Tensor, n_atoms: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -166,7 +168,8 @@ class DiffractionBranch(nn.Module):
         """Binned intensities: ``(n_graphs, n_bins)``, or ``(n_atoms, n_bins)`` per site if site-resolved.
 
         The (reflection, atom) pairs are evaluated in chunks of whole reflections holding at most ``budget``
-        bytes (default :data:`PAIR_BUDGET_BYTES`); with gradients on, each chunk is recomputed in the backward
+        bytes (default :data:`PAIR_BUDGET_BYTES`; :data:`GPU_PAIR_BUDGET_BYTES` on a GPU); with gradients on,
+        each chunk is recomputed in the backward
         pass instead of stored (activation checkpointing), so training memory is bounded the same way. A batch
         that fits in one chunk is computed in one pass.
         """
@@ -178,7 +181,9 @@ class DiffractionBranch(nn.Module):
         hkl = batch[keys.HKL].to(pos.dtype)
         g = torch.linalg.vector_norm(2 * math.pi * torch.einsum("rc,rdc->rd", hkl, inv_cell[refl_graph]), dim=-1)
         coeff = self.coefficients(h)
-        max_pairs = max(1, (PAIR_BUDGET_BYTES if budget is None else budget) // self.bytes_per_pair(pos.dtype))
+        if budget is None:
+            budget = PAIR_BUDGET_BYTES if pos.device.type == "cpu" else GPU_PAIR_BUDGET_BYTES
+        max_pairs = max(1, budget // self.bytes_per_pair(pos.dtype))
         chunks = reflection_chunks(n_atoms[refl_graph], max_pairs)
         parts, shares = [], None
         for start, stop in chunks:

@@ -42,13 +42,15 @@ class PRDNet(nn.Module):
     site_resolved : bool
         Per-atom interference shares instead of one pattern per structure
         (:class:`~sciml.crystal.nn.diffraction.DiffractionBranch`).
+    n_out : int
+        Outputs per structure (2 for a zero-inflated target: a logit and a value).
 
     """
 
     def __init__(self, cutoff: float, g_max: float, dim: int = 64, n_layers: int = 3,
                  n_rbf: int = 40, n_bins: int = 32, n_gauss: int = 4, diffraction: bool = True,
                  dropout: float = 0.0, ffn: bool = False, edge_update: bool = False,
-                 site_resolved: bool = False) -> None:
+                 site_resolved: bool = False, n_out: int = 1) -> None:
         super().__init__()
         self.encoder = AtomGraphEncoder(dim, dim, cutoff, n_rbf)
         # the last block's edge update would feed nothing (and leave DDP with unused parameters)
@@ -57,7 +59,7 @@ class PRDNet(nn.Module):
         self.diffraction = DiffractionBranch(dim, g_max, n_bins, n_gauss, site_resolved) if diffraction else None
         width = 2 * dim if diffraction else dim
         self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(width, dim), nn.SiLU(), nn.Dropout(dropout),
-                                  nn.Linear(dim, 1))
+                                  nn.Linear(dim, n_out))
 
     def embed(self, batch) -> torch.Tensor:
         """Structure representation fed to the head, shape ``(n_graphs, 2·dim)`` (``dim`` without diffraction).
@@ -74,5 +76,6 @@ class PRDNet(nn.Module):
         return pooled
 
     def forward(self, batch) -> torch.Tensor:
-        """Predict one intensive value per structure, shape ``(n_graphs,)``."""
-        return self.head(self.embed(batch)).squeeze(-1)
+        """Intensive outputs per structure, shape ``(n_graphs,)``, or ``(n_graphs, n_out)`` when ``n_out > 1``."""
+        out = self.head(self.embed(batch))
+        return out.squeeze(-1) if out.shape[-1] == 1 else out

@@ -1,0 +1,216 @@
+"""Benchmark the general Materials Project crystal models beside CGCNN and composition baselines, one split.
+
+Formation energy (eV/atom) and band gap (eV) on the test split of the mp36k pool, the split the shipped models
+were trained with (``configs/crystal/mp-*.yaml``, seed 42): our PRDNet models (shipped artifacts), the family's
+``cgcnn`` network trained by the same command on the same split and graphs (``benchmarks/crystal_mp_gpu.py``
+trains both), a composition-only baseline (element fractions → scikit-learn gradient boosting, fitted here) and
+the train-mean predictor. Band gaps add the metal/non-metal ROC-AUC (probability of a zero gap; the composition
+baseline uses a gradient-boosting classifier). Coverage of the shipped models' 90% intervals is reported overall
+and per group (elements count, cell-size range, crystal system; metals and non-metals for band gaps), beside
+plain split conformal fitted on the same calibration split. Literature numbers are anchors, not our runs.
+
+Usage::
+
+    python benchmarks/crystal_mp.py [--cgcnn-fe runs/mp-gpu/cgcnn-formation-energy/model.pt]
+                                    [--cgcnn-bg runs/mp-gpu/cgcnn-band-gap/model.pt] [--threads 2]
+
+Writes ``benchmarks/results/crystal_mp.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from benchmarks._results import write_json
+from sciml.crystal.calibration import CRYSTAL_SYSTEMS, graph_structures
+from sciml.uq import SplitConformal, coverage
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "benchmarks" / "results" / "crystal_mp.json"
+ANCHORS = {  # published test MAEs on Materials Project (not our runs)
+    "CGCNN (Xie & Grossman 2018, ~28k train)": {"formation_energy_per_atom": 0.039, "band_gap": 0.388},
+    "MEGNet (Chen et al. 2019, ~60k train)": {"formation_energy_per_atom": 0.028, "band_gap": 0.33},
+    "ALIGNN (Matbench mp_e_form / mp_gap, ~106k train)": {"formation_energy_per_atom": 0.022, "band_gap": 0.22},
+}
+GROUPS = ("n_elements", "size_range", "crystal_system")
+MIN_GROUP = 200  # test structures a group needs to be judged
+
+
+def load_module(path: Path):
+    """A trained crystal model from an artifact folder or a ``model.pt`` (state dict + hyperparameters)."""
+    from sciml.crystal.module import CrystalRegressor
+
+    if path.is_dir():
+        from sciml.crystal.artifact import load_model
+
+        return load_model(path)
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    module = CrystalRegressor(**state["hyper_parameters"])
+    module.load_state_dict(state["state_dict"])
+    return module.eval()
+
+
+@torch.no_grad()
+def run_model(module, loader) -> dict[str, np.ndarray]:
+    """``mean`` (and ``p_zero``, ``positive`` for zero-inflated models) over ``loader``, plus seconds."""
+    out: dict[str, list] = {"mean": [], "p_zero": [], "positive": []}
+    start = time.perf_counter()
+    for batch in loader:
+        pred = module.predict_step(batch)
+        out["mean"].append(pred.mean)
+        if "p_zero" in pred.meta:
+            out["p_zero"].append(pred.meta["p_zero"])
+            out["positive"].append(pred.meta["positive"])
+    seconds = time.perf_counter() - start
+    return {k: torch.cat(v).double().numpy() for k, v in out.items() if v} | {"seconds": seconds}
+
+
+def composition(graphs) -> np.ndarray:
+    """Element fractions over Z = 1..103, ``(n, 103)``."""
+    x = np.zeros((len(graphs), 103))
+    for i, g in enumerate(graphs):
+        z, counts = np.unique(g.z.numpy(), return_counts=True)
+        x[i, z - 1] = counts / counts.sum()
+    return x
+
+
+def composition_baseline(dm, zero_inflated: bool, seed: int = 0) -> dict[str, np.ndarray]:
+    """Gradient boosting on element fractions, fitted on the train split; test predictions (and p_zero)."""
+    from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
+
+    xt, xs = composition(dm.datasets["train"]), composition(dm.datasets["test"])
+    yt = np.array([float(g.y) for g in dm.datasets["train"]])
+    start = time.perf_counter()
+    reg = HistGradientBoostingRegressor(max_iter=500, learning_rate=0.1, random_state=seed).fit(xt, yt)
+    out = {"mean": reg.predict(xs)}
+    if zero_inflated:
+        clf = HistGradientBoostingClassifier(max_iter=300, random_state=seed).fit(xt, yt <= 0)
+        out["p_zero"] = clf.predict_proba(xs)[:, 1]
+        out["mean"] = np.where(out["p_zero"] >= 0.5, 0.0, np.clip(out["mean"], 0.0, None))
+    out["seconds"] = time.perf_counter() - start
+    return out
+
+
+def roc_auc(score: np.ndarray, positive: np.ndarray) -> float:
+    """ROC-AUC of ``score`` for bool labels ``positive`` (Mann-Whitney; ties count one half)."""
+    from scipy.stats import rankdata
+
+    ranks, n_pos = rankdata(score), int(positive.sum())
+    n_neg = len(score) - n_pos
+    return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def group_labels(dm) -> dict[str, np.ndarray]:
+    """Group label of every test structure for each grouping of :data:`GROUPS`."""
+    from sciml.uq.groups import structure_groups
+
+    structures = [s for b in dm.test_dataloader() for s in graph_structures(b)]
+    return {name: structure_groups(name, structures).numpy() for name in GROUPS}
+
+
+def group_coverage(covered: np.ndarray, labels: dict[str, np.ndarray]) -> dict:
+    """Coverage per group with at least :data:`MIN_GROUP` test structures (and the others' sizes)."""
+    out = {}
+    for name, lab in labels.items():
+        for v in np.unique(lab):
+            rows = lab == v
+            key = f"{name}={CRYSTAL_SYSTEMS[v] if name == 'crystal_system' else v}"
+            out[key] = {"n": int(rows.sum()), "coverage": float(covered[rows].mean()) if rows.sum() else None,
+                        "judged": bool(rows.sum() >= MIN_GROUP)}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure every model of both targets on the test split; write :data:`OUT`."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--fe", type=Path, default=ROOT / "checkpoints" / "mp-formation-energy")
+    parser.add_argument("--bg", type=Path, default=ROOT / "checkpoints" / "mp-band-gap")
+    parser.add_argument("--cgcnn-fe", type=Path, default=ROOT / "runs/mp-gpu/cgcnn-formation-energy/model.pt")
+    parser.add_argument("--cgcnn-bg", type=Path, default=ROOT / "runs/mp-gpu/cgcnn-band-gap/model.pt")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--output", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    results = {"anchors_not_our_runs": ANCHORS, "alpha": 0.1}
+    for key, ours, cgcnn in (("formation_energy_per_atom", args.fe, args.cgcnn_fe),
+                             ("band_gap", args.bg, args.cgcnn_bg)):
+        results[key] = measure(ours, cgcnn)
+        print(key, {m: r.get("mae") for m, r in results[key]["models"].items()}, flush=True)
+    write_json(args.output, results)
+    print(f"wrote {args.output}")
+    return 0
+
+
+def measure(ours: Path, cgcnn: Path) -> dict:
+    """All models of one target on the shipped model's split."""
+    from sciml.crystal.task import datamodule
+
+    predictor = load_module(ours)
+    art_cfg = {"data": predictor_data(ours)}
+    dm = datamodule(art_cfg)
+    zero_inflated = predictor.module.zero_inflated
+    y = np.array([float(g.y) for g in dm.datasets["test"]])
+    loader = dm.test_dataloader()
+    runs = {"prdnet (ours)": run_model(predictor.module, loader)}
+    if cgcnn.is_file():
+        runs["cgcnn"] = run_model(load_module(cgcnn), loader)
+    runs["composition (gradient boosting)"] = composition_baseline(dm, zero_inflated)
+    train_y = np.array([float(g.y) for g in dm.datasets["train"]])
+    runs["train mean"] = {"mean": np.full_like(y, train_y.mean())}
+    models = {}
+    for name, r in runs.items():
+        models[name] = {"mae": float(np.abs(r["mean"] - y).mean())}
+        if zero_inflated:
+            models[name]["mae_nonmetal"] = float(np.abs(r["mean"] - y)[y > 0].mean())
+            if "p_zero" in r:
+                models[name]["roc_auc_metal"] = roc_auc(r["p_zero"], y <= 0)
+        if "seconds" in r and name != "composition (gradient boosting)":
+            models[name]["structures_per_s"] = len(y) / r["seconds"]
+    out = {"n_test": len(y), "split_sizes": dm.split_sizes(), "models": models}
+    out["coverage"] = coverage_report(predictor, dm, runs["prdnet (ours)"], y, zero_inflated)
+    return out
+
+
+def predictor_data(path: Path) -> dict:
+    """The ``data`` section the artifact was trained with."""
+    import json
+
+    return json.loads((path / "config.json").read_text())["data"]
+
+
+def coverage_report(predictor, dm, run: dict, y: np.ndarray, zero_inflated: bool) -> dict:
+    """Test coverage of the shipped calibrator per group, beside plain split conformal on the same calib split."""
+    from sciml.uq.groups import predict_interval
+
+    labels = group_labels(dm)
+    mean = torch.as_tensor(run["mean"])
+    if zero_inflated:
+        interval = predictor.calibrator.predict_set(torch.as_tensor(run["p_zero"]), torch.as_tensor(run["positive"]))
+    else:
+        structures = [s for b in dm.test_dataloader() for s in graph_structures(b)]
+        interval = predict_interval(predictor.calibrator, mean, torch.ones_like(mean), None, structures)
+    covered = ((interval.lower.numpy() <= y) & (y <= interval.upper.numpy()))
+    report = {"method": predictor.calibrator.method, "overall": float(covered.mean()),
+              "mean_width": float((interval.upper - interval.lower).mean()), "groups": group_coverage(covered, labels)}
+    if zero_inflated:
+        report["metal"], report["nonmetal"] = float(covered[y <= 0].mean()), float(covered[y > 0].mean())
+    cal_run = run_model(predictor.module, dm.calib_dataloader())
+    cal_y = torch.tensor([float(g.y) for g in dm.datasets["calib"]], dtype=torch.float64)
+    split = SplitConformal(alpha=0.1).fit_predictions(torch.as_tensor(cal_run["mean"]), cal_y)
+    plain = split.predict_set(mean)
+    plain_covered = ((plain.lower.numpy() <= y) & (y <= plain.upper.numpy()))
+    report["split_conformal"] = {"overall": float(coverage(plain, torch.as_tensor(y))),
+                                 "groups": group_coverage(plain_covered, labels)}
+    if zero_inflated:
+        report["split_conformal"] |= {"metal": float(plain_covered[y <= 0].mean()),
+                                      "nonmetal": float(plain_covered[y > 0].mean())}
+    return report
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,85 @@
+"""Class-wise coverage of the hurdle calibrator and group-wise coverage of conditional calibration.
+
+Tolerances: a coverage estimate from ``m`` test points has standard deviation ``sqrt(p(1-p)/m)`` (0.0067 at
+``m = 2000``, ``p = 0.9``); the calibration sets add a finite-sample spread of the same order. Checks allow 4
+standard deviations of both together, with fixed seeds.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from sciml.uq import ConditionalConformal, HurdleConformal, MultiGroupConformal, calibrator_from_dict
+
+ALPHA = 0.1
+
+
+def _tol(n_cal: int, n_test: int) -> float:
+    p = 1 - ALPHA
+    return 4 * math.sqrt(p * (1 - p) * (1 / n_cal + 1 / n_test))
+
+
+def _zero_inflated(n: int, gen: torch.Generator):
+    """A hurdle model's outputs and targets: metals (y = 0) with a noisy p0, gaps with heteroscedastic noise."""
+    logit = torch.randn(n, generator=gen, dtype=torch.float64) * 2
+    p_zero = torch.sigmoid(logit)
+    zero = torch.rand(n, generator=gen, dtype=torch.float64) < p_zero
+    value = torch.rand(n, generator=gen, dtype=torch.float64) * 4
+    y = torch.where(zero, torch.zeros_like(value),
+                    (value + 0.5 * torch.randn(n, generator=gen, dtype=torch.float64)).clamp_min(0.01))
+    return p_zero, value, y
+
+
+def test_hurdle_covers_zeros_and_positives_separately():
+    gen = torch.Generator().manual_seed(0)
+    cal = HurdleConformal(ALPHA).fit(*_zero_inflated(3000, gen))
+    p_zero, value, y = _zero_inflated(20000, gen)
+    interval = cal.predict_set(p_zero, value)
+    assert (interval.lower >= 0).all() and (interval.upper >= interval.lower).all()
+    covered = (interval.lower <= y) & (y <= interval.upper)
+    for rows, cal_rows in ((y <= 0, cal.y <= 0), (y > 0, cal.y > 0)):
+        assert abs(float(covered[rows].double().mean()) - (1 - ALPHA)) < _tol(int(cal_rows.sum()), int(rows.sum()))
+
+
+def test_hurdle_roundtrip_and_bad_input():
+    gen = torch.Generator().manual_seed(1)
+    cal = HurdleConformal(ALPHA).fit(*_zero_inflated(500, gen))
+    again = calibrator_from_dict(cal.to_dict())
+    assert all(torch.equal(a, b) for a, b in zip(cal.thresholds(), again.thresholds(), strict=True))
+    with pytest.raises(ValueError, match="y >= 0"):
+        HurdleConformal().fit(torch.tensor([0.5]), torch.tensor([1.0]), torch.tensor([-1.0]))
+
+
+def _grouped(n: int, gen: torch.Generator):
+    """Scores whose scale depends on two overlapping groupings (a: 3 values, b: 2 values)."""
+    a = torch.randint(0, 3, (n,), generator=gen)
+    b = torch.randint(0, 2, (n,), generator=gen)
+    scale = torch.tensor([0.5, 1.0, 2.0])[a] * torch.tensor([1.0, 3.0])[b]
+    scores = (torch.randn(n, generator=gen, dtype=torch.float64) * scale).abs()
+    members = torch.stack([a == 0, a == 1, a == 2, b == 0, b == 1], dim=1)
+    return scores, members
+
+
+def test_conditional_covers_every_group_without_the_max_over_coverage():
+    gen = torch.Generator().manual_seed(2)
+    scores, members = _grouped(6000, gen)
+    columns = [("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 1)]
+    conditional = ConditionalConformal(alpha=ALPHA).fit(scores, members, columns)
+    multigroup = MultiGroupConformal(alpha=ALPHA).fit(scores, members, columns)
+    test_scores, test_members = _grouped(20000, gen)
+    q_cond, q_multi = conditional.threshold(test_members), multigroup.threshold(test_members)
+    for g in range(members.shape[1]):
+        rows = test_members[:, g]
+        n_cal = int(members[:, g].sum())
+        cov = float((test_scores[rows] <= q_cond[rows]).double().mean())
+        # d = 6 indicators: the split fit's slack is O(d / n_g), far inside the tolerance at n_g ~ 2000
+        assert abs(cov - (1 - ALPHA)) < _tol(n_cal, int(rows.sum())) + 6 / n_cal
+    # the max over groups over-covers where the groupings disagree; conditional calibration does not
+    overall_multi = float((test_scores <= q_multi).double().mean())
+    overall_cond = float((test_scores <= q_cond).double().mean())
+    assert overall_multi > overall_cond + 0.01
+    again = calibrator_from_dict(conditional.to_dict())
+    assert torch.allclose(again.threshold(test_members[:50]), q_cond[:50])
