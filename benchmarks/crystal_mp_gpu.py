@@ -156,7 +156,10 @@ def main(argv: list[str] | None = None) -> int:
         brace = log.rfind("\n{")
         if rc == 0 and brace >= 0:
             (run_dir / "metrics.json").write_text(log[brace + 1:])
-        _pack(n, run_dir, args.out)
+        try:
+            _pack(n, run_dir, args.out)
+        except Exception as err:  # keep the other runs' results
+            print(f"packing {n} failed: {type(err).__name__}: {err}", flush=True)
     return 0
 
 
