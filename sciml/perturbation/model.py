@@ -35,6 +35,21 @@ OPTIM_DEFAULTS = {name: key.default for name, key in SCHEMA["model"].keys["optim
 PRIOR_CHANNELS = 4
 
 
+AUTO_MAX_GENES = 256  # flow.max_genes auto: genes per training step and attention chunk on panels wider than this
+
+
+def chunk_size(max_genes: int | str | None, n_genes: int) -> int | None:
+    """``flow.max_genes`` for a panel of ``n_genes`` (``None``: all genes at once).
+
+    ``auto`` is ``None`` up to :data:`AUTO_MAX_GENES` genes, else :data:`AUTO_MAX_GENES`, so attention never spans a
+    wide panel at once: training steps on that many random genes, evaluation in strided chunks of that size (cost
+    and memory linear in the genes).
+    """
+    if max_genes == "auto":
+        return AUTO_MAX_GENES if n_genes > AUTO_MAX_GENES else None
+    return None if max_genes is None else int(max_genes)
+
+
 class PerturbationModel(torch.nn.Module):
     """Generate perturbed cells from control cells and the perturbed genes (conditional flow, module docstring).
 
@@ -52,7 +67,8 @@ class PerturbationModel(torch.nn.Module):
     flow : dict
         ``model.flow`` over :data:`FLOW_DEFAULTS`: ``path`` (``control`` or ``noise``), ``sigma``, ``ot`` (minibatch-OT
         pairing of the control path), ``mmd_weight`` λ, ``mmd_scales``, sampling ``steps``/``method``, ``val_steps``
-        (Euler steps of the validation metric), ``max_genes`` (random gene subset per training step, ``None``: all),
+        (Euler steps of the validation metric), ``max_genes`` (random gene subset per training step and strided
+        chunks at evaluation, ``None``: all; ``auto``: :func:`chunk_size`),
         ``combination_hidden`` (width of the combination rule), ``nonnegative`` (generated cells projected onto
         ``x ≥ 0`` after the last ODE step), and the prior's keys, held as :attr:`prior_settings`.
     optim : dict
@@ -105,6 +121,7 @@ class PerturbationModel(torch.nn.Module):
         self._shrunk: Tensor | None = None  # denoise "eb"/"eb_single"/"eb_joint": the shrunk singles, when needed
         self.prior_settings = PriorSettings.from_flow(flow)
         self.flow = {k: v for k, v in (FLOW_DEFAULTS | (flow or {})).items() if k not in PRIOR_FIELDS}
+        self.flow["max_genes"] = chunk_size(self.flow["max_genes"], n_measured)
         self.optim = OPTIM_DEFAULTS | (optim or {})
         settings = self.prior_settings
         self.combination = None

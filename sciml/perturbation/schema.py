@@ -56,7 +56,8 @@ SCHEMA = {
             "mmd_scales": Key([0.5, 1.0, 2.0, 4.0], "MMD bandwidths, times the median squared distance"),
             "steps": Key(20, "sampling steps"), "method": Key("rk4", "ODE solver", "str", ("euler", "rk4")),
             "val_steps": Key(4, "Euler steps of the validation metric"),
-            "max_genes": Key(None, "random gene subset per step (null: all)", "int"),
+            "max_genes": Key("auto", "genes per training step and per attention chunk (auto: all up to 256, "
+                             "256 on wider panels; null: all)", "int|auto", nullable=True),
             "combination_hidden": Key(32, "width of the combination rule"),
             "nonnegative": Key(True, "project generated cells onto x >= 0"),
             **prior_keys()}),

@@ -39,6 +39,7 @@ import torch
 
 from sciml.perturbation.nn.joint import joint_singles
 from sciml.perturbation.prior import PriorTables, Singles, condition_singles, own_columns, prior_mean, shrunk_table
+from sciml.perturbation.progress import note
 from sciml.perturbation.screen import Doubles, Screen
 from sciml.perturbation.settings import AUTO, JOINT, PriorSettings
 
@@ -165,7 +166,8 @@ def choose_shrink(settings: PriorSettings, screen: Screen, rule, grid: tuple[flo
     if len(val):
         parts.append(_rule(rule, singles, screen.ctrl_mean, settings.own_genes, val))
     if len(train) >= 2:
-        for fold in _folds(len(train), folds, seed):
+        for k, fold in enumerate(_folds(len(train), folds, seed)):
+            note(f"prior: refitting the combination rule without fold {k + 1} of {min(folds, len(train))}")
             held, rest = _split(train, fold)
             refit = copy.deepcopy(rule).requires_grad_(True)
             refit.fit(singles.effect[rest.pert[:, 0]], singles.effect[rest.pert[:, 1]], screen.ctrl_mean, rest.delta,
@@ -209,7 +211,9 @@ def choose_masking(settings: PriorSettings, screen: Screen, kappas: tuple[float,
             held, rest = _split(train, fold)
             parts.append((held, rest))
     errors = {(kappa, tau): [] for kappa in grid["kappa"] for tau in grid["denoise"]}
-    for scored, fitted in [p for p in parts if len(p[0])]:
+    used = [p for p in parts if len(p[0])]
+    for k, (scored, fitted) in enumerate(used):
+        note(f"prior: scoring kappa on {len(scored)} doubles (part {k + 1} of {len(used)})")
         tables = masking_tables(base.replace(denoise=grid["denoise"][0]), screen, fitted)
         for kappa, tau in errors:
             errors[(kappa, tau)].append(prior_errors(screen.singles, base.replace(kappa=kappa, denoise=tau),

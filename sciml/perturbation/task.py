@@ -11,6 +11,7 @@ from pathlib import Path
 
 from sciml.perturbation.data.datamodule import PerturbationDataModule
 from sciml.perturbation.module import PerturbationFlow
+from sciml.perturbation.progress import note
 from sciml.perturbation.screen import read_screen
 from sciml.perturbation.select import resolve
 from sciml.perturbation.settings import PriorSettings
@@ -32,7 +33,9 @@ def build(cfg: dict, run_dir: Path | None = None) -> tuple[PerturbationDataModul
     """
     model_cfg = cfg["model"]
     settings = PriorSettings.from_flow(model_cfg.get("flow"))  # a bad value fails before any data is read
+    note(f"reading {cfg['data'].get('path')}")
     dm = datamodule(cfg, run_dir)
+    note(f"read {len(dm.table.x)} cells x {len(dm.genes)} genes; measuring the singles and doubles")
     screen = read_screen(dm)
     seed = int(cfg.get("seed", 0))
     model = PerturbationFlow(network=model_cfg.get("network", {}), genes=list(dm.perturbation_genes),
@@ -41,11 +44,16 @@ def build(cfg: dict, run_dir: Path | None = None) -> tuple[PerturbationDataModul
                              effect_prior=bool(model_cfg.get("effect_prior", True)))
     model.net.set_graph(dm.gene_graph)
     model.set_singles(screen.singles)
+    note(f"fitting the combination rule on {len(screen.rule_doubles)} training doubles")
     model.fit_combination(screen.rule_doubles, screen.ctrl_mean, seed)
+    if settings.auto:
+        note(f"choosing the prior's {', '.join(settings.auto)} on training + val doubles")
     resolved = resolve(settings, screen, model.combination, seed)
     model.set_prior(resolved.settings)
     if resolved.joint is not None:
         model.set_joint_singles(*resolved.joint)
     if resolved.settings.prior == "masking":
         model.set_closure(screen.closure if resolved.settings.closed else None)
+    note(f"prior: {resolved.settings.prior}, shrink {resolved.settings.shrink}, kappa {resolved.settings.kappa}, "
+         f"denoise {resolved.settings.denoise}; max_genes {model.flow['max_genes'] or 'all'}; training")
     return dm, model

@@ -10,8 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from sciml.perturbation.nn import shrinkage
 from sciml.perturbation.nn.masking import masking
-from sciml.perturbation.nn.shrinkage import ash_by_row, ash_posterior_mean
+from sciml.perturbation.nn.shrinkage import ash_by_row, ash_posterior_mean, fit_columns
 from sciml.perturbation.settings import PriorSettings
 
 from .doubles_dm import screen_of
@@ -49,7 +50,8 @@ def test_it_beats_the_raw_effects_on_a_sparse_screen():
     assert (post - beta).pow(2).mean() < 0.4 * (delta - beta).pow(2).mean()
 
 
-def test_one_prior_per_row_fits_a_dense_and_a_null_single_each_on_its_own():
+def test_one_prior_per_row_fits_a_dense_and_a_null_single_each_on_its_own(monkeypatch):
+    monkeypatch.setattr(shrinkage, "FIT_EFFECTS", None)  # the exact fit, every effect (the subsample: below)
     gen = torch.Generator().manual_seed(4)
     beta = torch.stack([torch.randn(2000, generator=gen, dtype=torch.float64), torch.zeros(2000, dtype=torch.float64)])
     delta = beta + torch.randn(2, 2000, generator=gen, dtype=torch.float64)  # unit noise
@@ -61,6 +63,21 @@ def test_one_prior_per_row_fits_a_dense_and_a_null_single_each_on_its_own():
     for i in range(2):  # one prior for both rows over-shrinks the dense one and under-shrinks the null one
         assert (rows[i] - beta[i]).pow(2).mean() < (pooled[i] - beta[i]).pow(2).mean()
     torch.testing.assert_close(ash_by_row(delta[:1], var[:1])[0], ash_posterior_mean(delta[0], var[0]))
+
+
+def test_a_wide_row_fitted_on_a_subsample_shrinks_about_as_well_as_on_every_effect(monkeypatch):
+    gen = torch.Generator().manual_seed(5)
+    beta = 0.3 * torch.randn(1, 5000, generator=gen, dtype=torch.float64)
+    beta = beta * (torch.rand(1, 5000, generator=gen) < 0.05)
+    var = 0.003 * (0.5 + torch.rand(1, 5000, generator=gen, dtype=torch.float64))
+    delta = beta + var.sqrt() * torch.randn(1, 5000, generator=gen, dtype=torch.float64)
+    assert len(fit_columns(5000, 1000)) == 1000 and fit_columns(1000, 1000) is None
+    sub = ash_by_row(delta, var)  # FIT_EFFECTS = 1000 of the 5,000
+    monkeypatch.setattr(shrinkage, "FIT_EFFECTS", None)
+    full = ash_by_row(delta, var)
+    assert not torch.equal(sub, full)  # the subsample is used
+    raw, err_sub, err_full = ((x - beta).pow(2).mean() for x in (delta, sub, full))
+    assert err_full < 0.3 * raw and err_sub < 1.05 * err_full
 
 
 def test_bad_shapes_are_refused_and_empty_input_passes():

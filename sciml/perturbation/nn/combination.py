@@ -13,6 +13,7 @@ import torch
 from torch import Tensor, nn
 
 N_FEATURES = 5
+FIT_ENTRIES = 50_000  # (double, gene) entries the rule is fitted on at most (a seeded subsample beyond)
 
 
 def combination_features(da: Tensor, db: Tensor, mu0: Tensor) -> Tensor:
@@ -42,19 +43,29 @@ class CombinationRule(nn.Module):
 
     def forward(self, da: Tensor, db: Tensor, mu0: Tensor) -> Tensor:
         """Predicted double effect ``(..., G)`` from single effects ``da``, ``db`` ``(..., G)`` and ``mu0`` ``(G,)``."""
-        feats = (combination_features(da, db, mu0) - self.loc) / self.scale
-        return da + db + self.mlp(feats).squeeze(-1)
+        return da + db + self.correction(combination_features(da, db, mu0)).squeeze(-1)
+
+    def correction(self, feats: Tensor) -> Tensor:
+        """``f_φ`` ``(..., 1)`` of unstandardised features ``(..., 5)``."""
+        return self.mlp((feats - self.loc) / self.scale)
 
     def fit(self, da: Tensor, db: Tensor, mu0: Tensor, target: Tensor, steps: int = 600, lr: float = 1e-2,
-            weight_decay: float = 1e-4, seed: int = 0) -> float:
+            weight_decay: float = 1e-4, seed: int = 0, max_entries: int | None = FIT_ENTRIES) -> float:
         """Fit on ``D`` training doubles: ``da``, ``db``, ``target`` ``(D, G)``, ``mu0`` ``(G,)``; return final MSE.
 
-        Deterministic (seeded re-initialisation of the hidden layers, full-batch AdamW with cosine decay).
+        Deterministic (seeded re-initialisation of the hidden layers, full-batch AdamW with cosine decay). The rule
+        is one small MLP shared by every (double, gene) entry: over ``max_entries`` entries (a wide panel) it is
+        fitted on that many of them, drawn with the seed (``None``: all); its cost then no longer grows with the
+        panel's width (what it costs in accuracy: docs/benchmarks.md, "Perturbation at width").
         """
+        gen = torch.Generator().manual_seed(seed)
         feats = combination_features(da, db, mu0).reshape(-1, N_FEATURES)
+        target = target.reshape(-1, 1)
+        if max_entries is not None and len(feats) > max_entries:
+            keep = torch.randperm(len(feats), generator=torch.Generator().manual_seed(seed))[:max_entries]
+            feats, target = feats[keep], target[keep]
         self.loc.copy_(feats.mean(0))
         self.scale.copy_(feats.std(0).clamp_min(1e-6))
-        gen = torch.Generator().manual_seed(seed)
         with torch.no_grad():
             for layer in self.mlp[:-1]:
                 if isinstance(layer, nn.Linear):
@@ -66,7 +77,7 @@ class CombinationRule(nn.Module):
         with torch.enable_grad():
             for _ in range(steps):
                 opt.zero_grad()
-                loss = (self(da, db, mu0) - target).pow(2).mean()
+                loss = (feats[:, :1] + self.correction(feats) - target).pow(2).mean()  # Δa + Δb + f_φ − Δab
                 loss.backward()
                 opt.step()
                 sched.step()

@@ -30,6 +30,7 @@ from torch import Tensor
 N_SCALES = 24  # normal components besides the point mass at zero
 EM_ITERATIONS = 3000  # EM steps at most; it stops once the mean log-likelihood gains less than EM_TOLERANCE
 EM_TOLERANCE = 1e-10
+FIT_EFFECTS = 1000  # effects per row the mixture weights are fitted on (a seeded subsample of wider rows)
 
 
 def scale_grid(delta: Tensor, var: Tensor, n: int = N_SCALES) -> Tensor:
@@ -92,12 +93,32 @@ def fit_weights(lik: Tensor, iterations: int = EM_ITERATIONS) -> Tensor:
     return pi
 
 
+def fit_columns(n: int, limit: int | None = None) -> Tensor | None:
+    """Columns the mixture weights are fitted on: ``None`` (all) for ``n ≤ limit``, else ``limit`` of them, seeded.
+
+    ``limit`` ``None``: :data:`FIT_EFFECTS` (``None`` there too: every column).
+
+    The prior has ``N_SCALES + 1`` weights; ``limit`` effects per row estimate them about as well as all of a wide
+    panel's (docs/benchmarks.md, "Perturbation at width"), at a fixed cost per row. The posterior means are then
+    taken for every effect.
+    """
+    limit = FIT_EFFECTS if limit is None else limit
+    if limit is None or n <= limit:
+        return None
+    return torch.randperm(n, generator=torch.Generator().manual_seed(0))[:limit].sort().values
+
+
 def _posterior_rows(d: Tensor, v: Tensor, iterations: int) -> Tensor:
-    """Posterior means ``(R, J)`` of float64 effects ``d`` and variances ``v`` ``(R, J)``, one fitted prior per row."""
+    """Posterior means ``(R, J)`` of float64 effects ``d`` and variances ``v`` ``(R, J)``, one fitted prior per row.
+
+    The scale grid is each row's whole range; the weights are fitted on :func:`fit_columns` of the row.
+    """
     v = v.clamp_min(1e-12)
     scales = scale_grid(d, v)
     logp = _log_marginal(d, v, scales)
-    pi = fit_weights((logp - logp.amax(-1, keepdim=True)).exp(), iterations)  # rows rescaled: the same fit
+    cols = fit_columns(d.shape[-1])
+    fit = logp if cols is None else logp[:, cols]
+    pi = fit_weights((fit - fit.amax(-1, keepdim=True)).exp(), iterations)  # rows rescaled: the same fit
     weights = (logp + pi.clamp_min(1e-300).log()[:, None, :]).softmax(-1)
     shrink = scales.square()[:, None, :] / (scales.square()[:, None, :] + v[..., None])
     return (weights * shrink).sum(-1) * d

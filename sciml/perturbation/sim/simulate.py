@@ -19,9 +19,12 @@ import numpy as np
 
 from sciml.perturbation.data.anndata_io import TARGET_SUM, log_normalise
 from sciml.perturbation.data.conditions import format_condition
+from sciml.perturbation.progress import note
 from sciml.perturbation.sim.grn import GRN, random_grn
 
 PERTURBATION_TYPES = ("knockdown", "knockout", "activation")
+ENGINES = ("auto", "numpy", "torch")
+WIDE = 1000  # genes from which ``engine: auto`` steps in torch and ``sparse: auto`` writes CSR
 
 
 @dataclass
@@ -56,6 +59,18 @@ class SimConfig:
     zero_inflation: float = 0.0  # probability that a count is replaced by 0 (technical dropout)
     n_batches: int = 1  # batches, cells assigned uniformly at random (obs['batch'])
     batch_sd: float = 0.0  # sd of the per-batch, per-gene log factor on the expected counts
+    engine: str = "auto"  # Langevin steps: numpy (float64) | torch (float32) | auto (torch from WIDE genes)
+    sparse: str = "auto"  # X and counts as CSR: true | false | auto (from WIDE genes)
+
+    @property
+    def uses_torch(self) -> bool:
+        """The Langevin steps run in torch (``engine: torch``, or ``auto`` on a panel of :data:`WIDE` genes)."""
+        return self.engine == "torch" or (self.engine == "auto" and self.n_genes >= WIDE)
+
+    @property
+    def is_sparse(self) -> bool:
+        """``X`` and ``layers['counts']`` are written as CSR matrices."""
+        return self.sparse == "true" or (self.sparse == "auto" and self.n_genes >= WIDE)
 
     @classmethod
     def from_dict(cls, data: dict | None) -> SimConfig:
@@ -64,12 +79,16 @@ class SimConfig:
         unknown = set(data) - {f.name for f in fields(cls)}
         if unknown:
             raise ValueError(f"grn config: unknown keys {sorted(unknown)}; known: {[f.name for f in fields(cls)]}")
+        for k in ("sparse",):  # a YAML boolean reads as true / false
+            if isinstance(data.get(k), bool):
+                data[k] = str(data[k]).lower()
         try:
             cfg = cls(**{k: type(getattr(cls, k))(v) for k, v in data.items()})
         except (TypeError, ValueError):
             raise ValueError(f"grn config: a value has the wrong type in {data}; numbers for counts and "
                              "rates, a name for 'perturbation'") from None
-        bad = [f.name for f in fields(cls) if f.name not in ("seed", "perturbation") and getattr(cfg, f.name) < 0]
+        bad = [f.name for f in fields(cls) if f.name not in ("seed", "perturbation", "engine", "sparse")
+               and getattr(cfg, f.name) < 0]
         bad += [n for n in ("n_genes", "cells_per_condition", "control_cells", "steps", "n_batches")
                 if getattr(cfg, n) < 1]
         bad += [n for n in ("or_share", "zero_inflation") if getattr(cfg, n) > 1]
@@ -81,6 +100,9 @@ class SimConfig:
                              f"not exceed n_genes {cfg.n_genes}")
         if cfg.perturbation not in PERTURBATION_TYPES:
             raise ValueError(f"grn config: perturbation {cfg.perturbation!r}; choose one of {PERTURBATION_TYPES}")
+        if cfg.engine not in ENGINES or cfg.sparse not in ("auto", "true", "false"):
+            raise ValueError(f"grn config: engine {cfg.engine!r} / sparse {cfg.sparse!r}; engine one of {ENGINES}, "
+                             "sparse one of auto, true, false")
         if cfg.n_singles > cfg.n_regulators:
             raise ValueError(f"grn config: n_singles {cfg.n_singles} > n_regulators {cfg.n_regulators}")
         return cfg
@@ -158,32 +180,65 @@ def gene_names(n: int) -> list[str]:
 
 
 def simulate_conditions(grn: GRN, conds: list[tuple[int, ...]], cfg: SimConfig, rng) -> dict:
-    """Cells of every condition: ``counts`` (cells, G), ``cond`` index, ``efficiency`` and ``batch`` per cell."""
-    counts, cond, eff, batch = [], [], [], []
+    """Cells of every condition, in order.
+
+    Returns ``counts`` and ``x_log`` (cells, G) float32 (CSR when ``cfg.is_sparse``), ``cond`` index,
+    ``efficiency`` and ``batch`` per cell, and ``var`` (n_cond, G): the squared standard error of each condition's
+    log1p mean (``var(x_log)/n``).
+    """
+    counts, x_log, var, cond, eff, batch = [], [], [], [], [], []
     factor = None
     if cfg.n_batches > 1:
         factor = rng.lognormal(0.0, cfg.batch_sd, (cfg.n_batches, grn.n_genes))
+    every = max(len(conds) // 10, 1)
     for i, genes in enumerate(conds):
         n = cfg.control_cells if not genes else cfg.cells_per_condition
         mult, e = multipliers(genes, n, grn.n_genes, cfg, rng)
         scale = rng.lognormal(0.0, cfg.cell_scale_sd, (n, 1))
         x0 = grn.steady_state(mult, scale)
-        x = grn.langevin(x0, mult, scale, rng, cfg.steps, cfg.dt, cfg.noise)
+        if cfg.uses_torch:
+            x = grn.langevin_torch(x0, mult, scale, int(rng.integers(2**62)), cfg.steps, cfg.dt, cfg.noise)
+        else:
+            x = grn.langevin(x0, mult, scale, rng, cfg.steps, cfg.dt, cfg.noise)
         c, b = counts_from_levels(x, cfg, rng, factor)
-        counts.append(c)
+        xl = log_normalise(c, cfg.target_sum)
+        var.append(xl.var(axis=0, ddof=1) / n)
+        counts.append(_store(c, cfg))
+        x_log.append(_store(xl, cfg))
         batch.append(b)
         cond += [i] * n
         eff.append(e)
-    return {"counts": np.concatenate(counts), "cond": np.array(cond), "efficiency": np.concatenate(eff),
-            "batch": np.concatenate(batch)}
+        if (i + 1) % every == 0 or i + 1 == len(conds):
+            note(f"simulated {i + 1}/{len(conds)} conditions ({grn.n_genes} genes)")
+    return {"counts": _stack(counts), "x_log": _stack(x_log), "var": np.stack(var), "cond": np.array(cond),
+            "efficiency": np.concatenate(eff), "batch": np.concatenate(batch)}
 
 
-def ground_truth(grn: GRN, conds: list[tuple[int, ...]], x_log: np.ndarray, cond: np.ndarray,
-                 cfg: SimConfig) -> dict:
-    """Noise-free means (n_cond, G), interaction vectors of doubles, their noise floors and the interacting share."""
+def _store(block: np.ndarray, cfg: SimConfig):
+    """A condition's (n, G) float32 block as written: CSR when ``cfg.is_sparse``, else as is."""
+    if not cfg.is_sparse:
+        return block
+    import scipy.sparse as sp
+
+    return sp.csr_matrix(block)
+
+
+def _stack(blocks: list):
+    """The blocks stacked by rows (CSR stays CSR)."""
+    if blocks and hasattr(blocks[0], "tocsr"):
+        import scipy.sparse as sp
+
+        return sp.vstack(blocks, format="csr")
+    return np.concatenate(blocks)
+
+
+def ground_truth(grn: GRN, conds: list[tuple[int, ...]], var: np.ndarray, cfg: SimConfig) -> dict:
+    """Noise-free means (n_cond, G), interaction vectors of doubles, their noise floors and the interacting share.
+
+    ``var`` (n_cond, G): squared standard errors of the conditions' log1p means (:func:`simulate_conditions`).
+    """
     truth = np.stack([log_normalise(grn.steady_state(mean_multiplier(c, grn.n_genes, cfg))[None], cfg.target_sum)[0]
                       for c in conds])
-    var = np.stack([x_log[cond == i].var(axis=0, ddof=1) / max((cond == i).sum(), 1) for i in range(len(conds))])
     index = {c: i for i, c in enumerate(conds)}
     doubles = [c for c in conds if len(c) == 2]
     eps, floor = [], []
@@ -215,15 +270,15 @@ def simulate(cfg: SimConfig | dict | None = None):
                      hill=cfg.hill, or_share=cfg.or_share)
     conds = choose_conditions(grn, cfg, rng)
     cells = simulate_conditions(grn, conds, cfg, rng)
-    x_log = log_normalise(cells["counts"], cfg.target_sum)
+    x_log = cells["x_log"]
     genes = gene_names(cfg.n_genes)
     labels = [format_condition([genes[g] for g in c]) for c in conds]
-    truth = ground_truth(grn, conds, x_log, cells["cond"], cfg)
+    truth = ground_truth(grn, conds, cells["var"], cfg)
     obs = pd.DataFrame({"condition": pd.Categorical([labels[i] for i in cells["cond"]], categories=labels),
                         "perturbation_type": np.where(cells["cond"] == 0, "control", cfg.perturbation),
                         "efficiency": cells["efficiency"].astype(np.float32),
                         "batch": pd.Categorical([f"b{b}" for b in cells["batch"]])},
-                       index=[f"cell{i}" for i in range(len(x_log))])
+                       index=[f"cell{i}" for i in range(x_log.shape[0])])
     adata = ad.AnnData(X=x_log, obs=obs, var=pd.DataFrame(index=genes), layers={"counts": cells["counts"]})
     adata.uns["grn"] = {"config": asdict(cfg), "conditions": labels,
                         "doubles": [lab for lab, c in zip(labels, conds, strict=True) if len(c) == 2],
