@@ -37,11 +37,20 @@ FIELDS = (keys.ATOMIC_NUMBERS, keys.POS, keys.CELL, keys.EDGE_INDEX, keys.EDGE_S
           keys.N_ATOMS)
 
 
-def _featurise(row: tuple[str, str, dict]) -> Data:
-    """One CSV row ``(source, cif text, graph settings)`` → graph (runs in a worker)."""
+def _featurise(row: tuple[str, str, dict]) -> dict:
+    """One CSV row ``(source, cif text, graph settings)`` → graph fields as numpy arrays (runs in a worker).
+
+    Numpy, not torch: torch tensors cross process boundaries through shared-memory file descriptors, which
+    some sandboxes refuse and which cost more than pickling small arrays.
+    """
     source, text, settings = row
     structure = read_structure(parse_cif_string(text, source), source)
-    return structure_to_graph(structure, GraphSettings(**settings), source=source)
+    graph = structure_to_graph(structure, GraphSettings(**settings), source=source)
+    return {f: graph[f].numpy() for f in FIELDS}
+
+
+def _to_graph(fields: dict) -> Data:
+    return Data(**{f: torch.from_numpy(v) for f, v in fields.items()})
 
 
 def _table_graphs(path: Path, settings: GraphSettings, workers: int, limit: int | None) -> Iterator[tuple[str, Data]]:
@@ -49,7 +58,7 @@ def _table_graphs(path: Path, settings: GraphSettings, workers: int, limit: int 
     rows = islice(rows, limit) if limit else rows
     if workers <= 1:
         for row in rows:
-            yield row[0].rsplit(":", 1)[-1], _featurise(row)
+            yield row[0].rsplit(":", 1)[-1], _to_graph(_featurise(row))
         return
     ids: list[str] = []
 
@@ -60,8 +69,8 @@ def _table_graphs(path: Path, settings: GraphSettings, workers: int, limit: int 
 
     ctx = mp.get_context("spawn")  # fork after torch threads start can deadlock
     with ctx.Pool(workers) as pool, closing(pool.imap(_featurise, tagged(), chunksize=32)) as results:
-        for k, graph in enumerate(results):
-            yield ids[k], graph
+        for k, fields in enumerate(results):
+            yield ids[k], _to_graph(fields)
 
 
 def labelled_graphs(path: str | Path, target: str, settings: GraphSettings, workers: int = 1,
