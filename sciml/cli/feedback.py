@@ -118,10 +118,13 @@ def infinite_interval_note(sizes: Sequence[int], alpha: float, items: str = "cal
 
 
 def calibration_sizes(calibrator) -> list[int]:
-    """Calibration scores per calibration set: ``[n]`` (split), one per group (Mondrian, multigroup)."""
+    """Calibration scores per calibration set: ``[n]`` (split, conditional), one per group (Mondrian, multigroup),
+    ``[zeros, positives]`` (hurdle)."""
+    if calibrator.method == "hurdle":
+        return [int((calibrator.y <= 0).sum()), int((calibrator.y > 0).sum())]
     if hasattr(calibrator, "counts"):  # MondrianConformal
         return [int(c) for c in calibrator.counts.tolist()]
-    if hasattr(calibrator, "members"):  # MultiGroupConformal
+    if calibrator.method == "multigroup":  # a group without enough points has an infinite threshold
         return [int(c) for c in calibrator.members.sum(0).tolist()]
     return [int(calibrator.scores.numel())]
 
