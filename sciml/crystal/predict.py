@@ -1,8 +1,9 @@
 """Batch prediction from structure files with conformal intervals and an applicability-domain flag.
 
 Each row carries the conformal domain p-value of the structure (:mod:`sciml.crystal.domain`) and
-``in_domain``: ``False`` when ``p <= β``, when the structure has an element never seen in training, or when its
-cell size is outside the training range.
+``in_domain``: ``False`` when ``p <= β``, when the structure has an element never seen in training, when its
+cell size is outside the training range, or when its cell holds a vacuum layer of 10 Å or more (a slab, or a
+molecule or cluster in a box: :mod:`sciml.crystal.vacuum`).
 The interval of an out-of-domain row carries no guarantee and its ``note`` says so in one line.
 
 Rows stream with bounded memory (one batch of structures at a time), except with ``shift_aware``: the
@@ -29,6 +30,7 @@ from sciml.crystal.artifact import DEFAULT_MODEL, CrystalPredictor, load_model
 from sciml.crystal.data.graphs import structure_to_graph
 from sciml.crystal.data.sources import iter_structures
 from sciml.crystal.shift import shift_thresholds
+from sciml.crystal.vacuum import vacuum_note
 from sciml.uq.groups import predict_interval, structure_groups
 from sciml.uq.hurdle import HurdleConformal
 
@@ -108,8 +110,9 @@ def _rows(good, run: dict, lower, upper, predictor: CrystalPredictor, alpha, bet
         p, n = float(run["pvalue"][i]), len(structure)
         size = "" if not known or predictor.domain.size_known(n) else (
             "cell of {} atoms, training cells have {}-{}".format(n, *predictor.domain.train_sizes))
-        in_domain = not unseen and (p > beta and not size if known else None)
-        note = "; ".join(x for x in (domain_note(unseen, p, beta, size), (extra or {}).get(i, "")) if x)
+        rules = "; ".join(x for x in (size, vacuum_note(structure)) if x)  # outside what any bulk model saw
+        in_domain = False if unseen or rules else (p > beta if known else None)
+        note = "; ".join(x for x in (domain_note(unseen, p, beta, rules), (extra or {}).get(i, "")) if x)
         rows[k] = {"source": source, "formula": structure.composition.reduced_formula, "n_atoms": len(structure),
                    target: float(run["mean"][i]), f"{target}_lower": float(lower[i]),
                    f"{target}_upper": float(upper[i]), "alpha": alpha, "domain_pvalue": p,
