@@ -173,7 +173,44 @@ def measure(ours: Path, cgcnn: Path) -> dict:
             models[name]["structures_per_s"] = len(y) / r["seconds"]
     out = {"n_test": len(y), "split_sizes": dm.split_sizes(), "models": models}
     out["coverage"] = coverage_report(predictor, dm, runs["prdnet (ours)"], y, zero_inflated)
+    out["domain"] = domain_report(predictor, dm)
     return out
+
+
+def non_bulk_structures(elements: set[str]) -> dict:
+    """Inputs a bulk-crystal model must flag: a slab, a molecule in a box, a cluster, an element never trained on."""
+    from pymatgen.core import Lattice, Molecule, Structure
+
+    salt = Structure.from_spacegroup("Fm-3m", Lattice.cubic(5.64), ["Na", "Cl"], [[0, 0, 0], [0.5, 0.5, 0.5]])
+    frac = salt.frac_coords.copy()
+    frac[:, 2] *= 5.64 / (5.64 + 12.0)
+    water = Molecule(["O", "H", "H"], [[0, 0, 0], [0.96, 0, 0], [-0.24, 0.93, 0]])
+    cluster = Structure(Lattice.cubic(5.64 + 12.0), salt.species, salt.frac_coords * 5.64 / (5.64 + 12.0))
+    unseen = next(el for el in ("Ne", "Ar", "Kr", "Xe", "Rn", "Po", "At", "Fr", "Ra", "Ac") if el not in elements)
+    rocksalt_unseen = Structure.from_spacegroup("Fm-3m", Lattice.cubic(5.64), [unseen, "Cl"],
+                                                [[0, 0, 0], [0.5, 0.5, 0.5]])
+    return {"NaCl slab, 12 Å vacuum": Structure(Lattice.tetragonal(5.64, 17.64), salt.species, frac),
+            "water in a 20 Å box": water.get_boxed_structure(20.0, 20.0, 20.0),
+            "NaCl cluster, 12 Å vacuum": cluster,
+            f"rock salt {unseen}Cl ({unseen} never in training)": rocksalt_unseen}
+
+
+def domain_report(predictor, dm) -> dict:
+    """Fraction of the test split flagged (p <= β; expected <= β) and the flags of non-bulk inputs."""
+    from sciml.crystal.domain import collect
+    from sciml.crystal.predict import predict
+
+    beta = predictor.domain.beta
+    with torch.no_grad():
+        emb = collect(predictor.module, dm.test_dataloader(), predictor.domain.layer)["emb"]
+    flagged = float((predictor.domain.pvalue(emb.double()) <= beta).double().mean())
+    n = dm.split_sizes()["test"]
+    others = non_bulk_structures(set(predictor.elements))
+    rows = predict(list(others.values()), model=predictor)
+    return {"beta": beta, "test_flagged": flagged, "test_n": n,
+            "binomial_tolerance": 3 * (beta * (1 - beta) / n) ** 0.5,
+            "non_bulk": {name: {"in_domain": bool(r.in_domain), "note": r.note}
+                         for name, r in zip(others, rows.itertuples(), strict=True)}}
 
 
 def predictor_data(path: Path) -> dict:

@@ -80,8 +80,8 @@ def load_model(path: str | Path = DEFAULT_MODEL, graph: dict | GraphSettings | N
 
     """
     art = load_artifact(path, task="crystal")
-    stored = GraphSettings.from_dict(art.config["module"]["graph"])
-    if GraphSettings.from_dict(art.metadata.get("graph", {})) != stored:
+    stored = GraphSettings.from_stored(art.config["module"]["graph"])
+    if GraphSettings.from_stored(art.metadata.get("graph", {})) != stored:
         raise ArtifactError(f"{art.path}: graph settings in config.yaml and metadata.json differ; re-export")
     if graph is not None:
         wanted = graph if isinstance(graph, GraphSettings) else GraphSettings.from_dict(graph)

@@ -62,7 +62,7 @@ class CrystalModel(torch.nn.Module):
         network = current_network(network)
         self.config = {"network": network, "graph": graph, "target": dict(target), "elements": list(elements),
                        **training}
-        self.graph = GraphSettings.from_dict(graph)
+        self.graph = GraphSettings.from_stored(graph)
         kwargs = {k: v for k, v in network.items() if k != "name"} | ({"n_out": 2} if target.get("zero_inflated")
                                                                       else {})
         if network["name"] not in NETWORKS:

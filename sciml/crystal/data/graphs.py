@@ -13,6 +13,9 @@ from sciml.core.neighbors import neighbor_list, reciprocal_hkl
 from sciml.core.structures import StructureError
 
 
+LEGACY_TIE_TOL = 1e-4  # Å: the tie tolerance of artifacts that do not store one
+
+
 @dataclass(frozen=True)
 class GraphSettings:
     """How structures become graphs; frozen in every artifact and checked on load.
@@ -26,7 +29,8 @@ class GraphSettings:
     tie_tol : float
         Neighbours within ``tie_tol`` Å of the k-th nearest are kept too, so a shell is kept or dropped whole:
         an ideal high-symmetry crystal and the same crystal displaced by much less than ``tie_tol`` get the same
-        graph (ideal diamond: 4 + 12 neighbours at k = 12 either way).
+        graph (ideal diamond: 4 + 12 neighbours at k = 12 either way). Artifacts written before this setting
+        existed were built with :data:`LEGACY_TIE_TOL` and keep it (:meth:`from_stored`).
     g_max : float
         Keep reflections with ``0 < |G| ≤ g_max``, Å⁻¹ (``G`` includes the 2π).
 
@@ -35,7 +39,7 @@ class GraphSettings:
     cutoff: float = 8.0
     max_neighbors: int | None = 12
     g_max: float = 4.0
-    tie_tol: float = 0.01
+    tie_tol: float = 0.001
 
     @classmethod
     def from_dict(cls, d: dict) -> GraphSettings:
@@ -44,6 +48,11 @@ class GraphSettings:
         if unknown:
             raise ValueError(f"unknown graph settings {sorted(unknown)}; known: {sorted(cls.__dataclass_fields__)}")
         return cls(**d)
+
+    @classmethod
+    def from_stored(cls, d: dict) -> GraphSettings:
+        """Settings stored in an artifact: without ``tie_tol`` they are an older artifact's, built with 1e-4 Å."""
+        return cls.from_dict({"tie_tol": LEGACY_TIE_TOL} | dict(d))
 
     def to_dict(self) -> dict:
         """Plain dict (JSON/YAML friendly)."""
