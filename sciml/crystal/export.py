@@ -26,8 +26,8 @@ from sciml.crystal.domain import CrystalDomain, fit_domain
 from sciml.crystal.module import CrystalRegressor
 from sciml.crystal.task import datamodule
 from sciml.uq import Interval, coverage, mean_width
-from sciml.uq.hurdle import HurdleConformal
 from sciml.uq.groups import build_calibrator, fit_calibrator, loader_structures, predict_interval
+from sciml.uq.hurdle import HurdleConformal
 
 DOMAIN_BETA = 0.05  # default flag level of exported domain tests
 
@@ -63,9 +63,21 @@ def model_card(name: str, cfg: dict, metrics: dict, sizes: dict, alpha: float,
               "- Intervals are split-conformal: marginal coverage ≥ 1−α for structures exchangeable with the "
               "training distribution; no guarantee under distribution shift (other structure families).",
               f"- Graph settings are frozen: {cfg['module']['graph']}."]
-    if metrics.get("group_by"):
-        limits.append(f"- Mondrian calibration by `{metrics['group_by']}` (bins chosen from the calib split): the "
-                      "coverage guarantee holds within each bin, not only on average.")
+    if "test_coverage_zero" in metrics:
+        label = t.get("zero_label", "zero")
+        measured.append(f"- zero-inflated: P({label}) ROC-AUC {metrics['test_roc_auc_zero']:.3f}; coverage among "
+                        f"{label}s {metrics['test_coverage_zero']:.3f}, among the others "
+                        f"{metrics['test_coverage_positive']:.3f}; MAE among the others "
+                        f"{metrics['test_mae_positive']:.4f} {t['unit']}")
+        limits.append(f"- Hurdle intervals (`sciml.uq.hurdle`): never below 0; thresholds calibrated on the {label}s "
+                      "and on the others separately, so each class is covered, not only the average.")
+    if isinstance(metrics.get("group_by"), list):
+        limits.append(f"- Conditional calibration on the groups {', '.join(metrics['group_by'])} (quantile regression "
+                      "on group indicators, `sciml.uq.conditional`): every group with enough calibration structures "
+                      "is covered at the nominal level, not only the average.")
+    elif metrics.get("group_by"):
+        limits.append(f"- Mondrian calibration by `{metrics['group_by']}`: the coverage guarantee holds within each "
+                      "group, not only on average.")
     if domain is not None:
         limits += domain_lines(domain, "fitted at export")
     return card.model_card(name, summary, data=data, metrics=measured, limits=limits)

@@ -18,32 +18,59 @@ from .conftest import ROOT
 ALIGNN = ROOT.parent / "shared" / "data" / "materials" / "alignn_sample"
 
 
+PEROV5 = ROOT / "checkpoints" / "perov5-heat-all"
+FE = "formation_energy_per_atom"
+
+
 def test_main_job_on_shipped_examples(tmp_path, capsys):
     out = tmp_path / "preds.csv"
-    assert main(["crystal", "predict", "--model", str(DEFAULT_MODEL), str(ROOT / "examples" / "structures"),
+    assert main(["crystal", "predict", str(ROOT / "examples" / "structures"), "--output", str(out)]) == 0
+    df = pd.read_csv(out, comment="#").set_index("formula")
+    assert DEFAULT_MODEL.name == "mp-formation-energy" and len(df) == 11 and df["error"].isna().all()
+    assert "LiFePO4" in capsys.readouterr().out
+    assert (df["formation_energy_per_atom_lower"] <= df[FE]).all() and (df[FE] <= df[f"{FE}_upper"]).all()
+    # chemistry the general model must know (DFT formation energies, eV/atom: NaCl -2.1, Si 0, CuZn about -0.1)
+    assert df.loc["NaCl", FE] < -1.5 and abs(df.loc["Si", FE]) < 0.3 and -0.6 < df.loc["CuZn", FE] < 0.3
+    assert df.loc["SrTiO3", FE] < -2.5  # oxides are strongly bound
+    ordinary = df.loc[["NaCl", "Si", "GaAs", "LiFePO4", "ZnCu"]]  # pymatgen's reduced formula of CuZn is ZnCu
+    assert ordinary["in_domain"].all()
+
+
+def test_perov5_intervals_follow_the_stored_calibration(tmp_path):
+    out = tmp_path / "preds.csv"
+    assert main(["crystal", "predict", "--model", "perov5-heat-all", str(ROOT / "examples" / "structures"),
                  "--output", str(out)]) == 0
     df = pd.read_csv(out, comment="#")
-    assert len(df) == 6 and df["error"].isna().all()
-    assert "SrTiO3" in capsys.readouterr().out
+    assert len(df) == 11 and df["error"].isna().all()
     # the interval is pred ± q·σ: q the ⌈(n+1)(1−α)⌉-th smallest stored calibration score (normalised score),
     # σ = n_atoms for an extensive target; computed here from calibrator.json, not through the calibrator code
-    cal = json.loads((DEFAULT_MODEL / "calibrator.json").read_text())
-    meta = json.loads((DEFAULT_MODEL / "metadata.json").read_text())
+    cal = json.loads((PEROV5 / "calibrator.json").read_text())
+    meta = json.loads((PEROV5 / "metadata.json").read_text())
     assert cal["score"] == "normalized" and meta["target"]["extensive"] and (df["alpha"] == 0.1).all()
     scores = np.sort(cal["scores"])
     q = scores[math.ceil((len(scores) + 1) * 0.9) - 1]
     half = q * df["n_atoms"]
     np.testing.assert_allclose(df["heat_all_upper"] - df["heat_all"], half, rtol=1e-6, atol=1e-9)
     np.testing.assert_allclose(df["heat_all"] - df["heat_all_lower"], half, rtol=1e-6, atol=1e-9)
+    assert not df.loc[~df["formula"].isin(["SrTiO3", "BaZrO3", "KNbO3", "CaTiO3", "LaAlO3", "NaTaO3"]),
+                      "in_domain"].any()  # not 5-atom perovskites: outside what perov5 knows
 
 
 def test_shipped_card_matches_metadata():
-    meta = json.loads((DEFAULT_MODEL / "metadata.json").read_text())
-    card = (DEFAULT_MODEL / "README.md").read_text()
-    assert f"{meta['metrics']['test_mae']:.4f}" in card
-    predictor = load_model()
-    assert predictor.graph.to_dict() == meta["graph"]
-    assert "heads" not in predictor.module.config["network"]  # a retired key of the stored config is dropped
+    for model in (DEFAULT_MODEL, PEROV5):
+        meta = json.loads((model / "metadata.json").read_text())
+        card = (model / "README.md").read_text()
+        assert f"{meta['metrics']['test_mae']:.4f}" in card
+        predictor = load_model(model)
+        assert predictor.graph.to_dict() == predictor.graph.from_stored(meta["graph"]).to_dict()
+        assert "heads" not in predictor.module.config["network"]  # a retired key of the stored config is dropped
+
+
+def test_band_gap_model_is_zero_inflated():
+    df = predict([ROOT / "examples" / "structures"], model="mp-band-gap").set_index("formula")
+    assert (df["band_gap"] >= 0).all() and (df["band_gap_lower"] >= 0).all() and df["p_metal"].between(0, 1).all()
+    assert df.loc["ZnCu", "p_metal"] > 0.5 and df.loc["NaCl", "p_metal"] < 0.5  # brass is a metal, salt is not
+    assert df.loc["NaCl", "band_gap"] > 3.0 and 0.2 < df.loc["Si", "band_gap"] < 1.5  # DFT-GGA: 5.0 and 0.6 eV
 
 
 @pytest.mark.skipif(not ALIGNN.is_dir(), reason="../shared/data/materials/alignn_sample not present")
@@ -51,7 +78,8 @@ def test_alignn_sample_gives_50_rows_with_intervals():
     df = predict(ALIGNN)
     assert len(df) == 50
     assert df["error"].fillna("").eq("").all()
-    assert df[["heat_all", "heat_all_lower", "heat_all_upper"]].notna().all().all()
+    assert df[[FE, f"{FE}_lower", f"{FE}_upper"]].notna().all().all()
+    assert df["in_domain"].mean() > 0.8  # real crystals of ordinary elements: the general model knows most
 
 
 CARBON = ROOT / "checkpoints" / "carbon24-energy"
@@ -62,9 +90,10 @@ def test_shipped_carbon24_model_is_intensive_with_size_binned_intervals():
 
     meta = json.loads((CARBON / "metadata.json").read_text())
     assert meta["target"] == {"name": "energy_per_atom", "unit": "eV/atom", "extensive": False}
+    assert meta["graph"]["tie_tol"] == 1e-3  # whole neighbour shells (tests/unit/test_crystal_ties.py)
     assert meta["metrics"]["test_mae"] < 0.0149 and meta["domain"]["n_calib"] == meta["split_sizes"]["calib"]
     cal = json.loads((CARBON / "calibrator.json").read_text())
-    assert cal["method"] == "mondrian" and cal["group_by"].startswith("cell_size:")
+    assert cal["method"] == "mondrian" and cal["group_by"] == "size_range"
     diamond = Structure(Lattice.cubic(3.567), ["C"] * 8, [[0, 0, 0], [0, .5, .5], [.5, 0, .5], [.5, .5, 0],
                                                          [.25, .25, .25], [.25, .75, .75], [.75, .25, .75],
                                                          [.75, .75, .25]])

@@ -12,7 +12,6 @@ from sciml.core import keys
 from sciml.core.neighbors import neighbor_list, reciprocal_hkl
 from sciml.core.structures import StructureError
 
-
 LEGACY_TIE_TOL = 1e-4  # Å: the tie tolerance of artifacts that do not store one
 
 
