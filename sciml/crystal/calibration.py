@@ -18,6 +18,7 @@ the first bin), which :func:`ensure_group_function` re-registers when the artifa
 
 from __future__ import annotations
 
+import os
 from bisect import bisect_right
 from collections import Counter
 
@@ -38,6 +39,7 @@ def crystal_system(structure) -> int:
     """Index of the crystal system in :data:`CRYSTAL_SYSTEMS` (spglib, ``symprec = 0.1`` Å)."""
     from pymatgen.symmetry.analyzer import SpacegroupAnalyzer
 
+    os.environ.setdefault("SPGLIB_WARNING", "OFF")  # spglib's C warnings on distorted cells: the fallback says it
     try:
         name = SpacegroupAnalyzer(structure, symprec=0.1).get_crystal_system()
     except Exception:  # spglib failure on a distorted cell: lowest symmetry

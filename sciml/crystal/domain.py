@@ -131,6 +131,8 @@ class CrystalDomain:
             raise ValueError("'shift.calibrator_sha256' must be a string")
         emb = _tensor(shift["embeddings"], "shift.embeddings", torch.float64)
         scores = _tensor(shift["scores"], "shift.scores", torch.float64)
+        if emb.numel() == 0:  # no shift subset (a calibrator without a shift-aware mode)
+            emb = emb.reshape(0, score.dim)
         if emb.dim() != 2 or emb.shape[1] != score.dim or scores.shape != emb.shape[:1] or (scores < 0).any():
             raise ValueError(f"'shift' needs embeddings (n, {score.dim}) and as many scores >= 0")
         groups = None

@@ -17,7 +17,7 @@ EXAMPLES = ROOT / "examples" / "structures"
 
 
 def _band_gap_csv(tmp: Path) -> Path:
-    table = pd.read_csv(write_perovskite_csv(tmp / "toy.csv", n=80, seed=3), index_col=0)
+    table = pd.read_csv(write_perovskite_csv(tmp / "toy.csv", n=160, seed=3), index_col=0)  # calib 24: a domain test
     h = table["heat_all"].to_numpy()
     table["band_gap"] = np.clip(h - np.quantile(h, 0.4), 0.0, None)  # the 40% lowest are 'metals' (gap 0)
     path = tmp / "toy_gaps.csv.gz"
@@ -40,6 +40,7 @@ def test_band_gap_model_is_never_negative_and_says_p_metal(tmp_path):
     assert main(["export", "--ckpt", str(tmp_path / "run" / "checkpoints" / "best.ckpt"), "--calibrate",
                  "--output", str(artifact)]) == 0
     assert json.loads((artifact / "calibrator.json").read_text())["method"] == "hurdle"
+    assert (artifact / "domain.json").is_file()  # fitted without a shift subset (hurdle sets have no shift mode)
     metrics = json.loads((artifact / "metadata.json").read_text())["metrics"]
     assert {"test_coverage_zero", "test_coverage_positive", "test_roc_auc_zero"} <= set(metrics)
     out = tmp_path / "gaps.csv"
