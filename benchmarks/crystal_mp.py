@@ -2,17 +2,17 @@
 
 Formation energy (eV/atom) and band gap (eV) on the test split of the mp36k pool, the split the shipped models
 were trained with (``configs/crystal/mp-*.yaml``, seed 42): our PRDNet models (shipped artifacts), the family's
-``cgcnn`` network trained by the same command on the same split and graphs (``benchmarks/crystal_mp_gpu.py``
-trains both), a composition-only baseline (element fractions → scikit-learn gradient boosting, fitted here) and
-the train-mean predictor. Band gaps add the metal/non-metal ROC-AUC (probability of a zero gap; the composition
+``cgcnn`` network trained by the same command, epochs, split and graphs (usage below), a composition-only
+baseline (element fractions → scikit-learn gradient boosting, fitted here) and the train-mean predictor. Band gaps add the metal/non-metal ROC-AUC (probability of a zero gap; the composition
 baseline uses a gradient-boosting classifier). Coverage of the shipped models' 90% intervals is reported overall
 and per group (elements count, cell-size range, crystal system; metals and non-metals for band gaps), beside
 plain split conformal fitted on the same calibration split. Literature numbers are anchors, not our runs.
 
 Usage::
 
-    python benchmarks/crystal_mp.py [--cgcnn-fe runs/mp-gpu/cgcnn-formation-energy/model.pt]
-                                    [--cgcnn-bg runs/mp-gpu/cgcnn-band-gap/model.pt] [--threads 2]
+    sciml fit --config configs/crystal/mp-formation-energy.yaml --model.network "{name: cgcnn, dim: 64, n_layers: 3,
+        n_rbf: 40}" --run_dir runs/mp-cgcnn-formation-energy        # and the same for mp-band-gap
+    python benchmarks/crystal_mp.py [--threads 2]
 
 Writes ``benchmarks/results/crystal_mp.json``.
 """
@@ -42,14 +42,15 @@ MIN_GROUP = 200  # test structures a group needs to be judged
 
 
 def load_module(path: Path):
-    """A trained crystal model from an artifact folder or a ``model.pt`` (state dict + hyperparameters)."""
+    """A trained crystal model from an artifact folder or a checkpoint (Lightning ``.ckpt`` or ``model.pt``)."""
+    from sciml.core.io.checkpoint import load_lightning_checkpoint
     from sciml.crystal.module import CrystalRegressor
 
     if path.is_dir():
         from sciml.crystal.artifact import load_model
 
         return load_model(path)
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    state = load_lightning_checkpoint(path)
     module = CrystalRegressor(**state["hyper_parameters"])
     module.load_state_dict(state["state_dict"])
     return module.eval()
@@ -130,8 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--fe", type=Path, default=ROOT / "checkpoints" / "mp-formation-energy")
     parser.add_argument("--bg", type=Path, default=ROOT / "checkpoints" / "mp-band-gap")
-    parser.add_argument("--cgcnn-fe", type=Path, default=ROOT / "runs/mp-gpu/cgcnn-formation-energy/model.pt")
-    parser.add_argument("--cgcnn-bg", type=Path, default=ROOT / "runs/mp-gpu/cgcnn-band-gap/model.pt")
+    parser.add_argument("--cgcnn-fe", type=Path, default=ROOT / "runs/mp-cgcnn-formation-energy/checkpoints/best.ckpt")
+    parser.add_argument("--cgcnn-bg", type=Path, default=ROOT / "runs/mp-cgcnn-band-gap/checkpoints/best.ckpt")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--output", type=Path, default=OUT)
     args = parser.parse_args(argv)

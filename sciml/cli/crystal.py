@@ -36,7 +36,7 @@ def add_parser(sub, name: str) -> None:
     verbs = p.add_subparsers(dest="crystal_verb", required=True)
     q = verbs.add_parser("predict", help="predict from structure files (CIF, POSCAR, extxyz, json, folders, CSV)")
     q.add_argument("inputs", nargs="+", help="structure files, folders, or CSV files with a 'cif' column")
-    q.add_argument("--model", default=None, help=f"{MODEL_HELP} (default: perov5-heat-all)")
+    q.add_argument("--model", default=None, help=f"{MODEL_HELP} (default: mp-formation-energy)")
     q.add_argument("--alpha", type=float, default=0.1, help="miscoverage of the conformal interval")
     q.add_argument("--output", default=None, help="CSV to write (atomically); printed when omitted")
     add_domain_arguments(q, "structure")
