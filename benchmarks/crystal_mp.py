@@ -1,12 +1,13 @@
 """Benchmark the general Materials Project crystal models beside CGCNN and composition baselines, one split.
 
-Formation energy (eV/atom) and band gap (eV) on the test split of the mp36k pool, the split the shipped models
-were trained with (``configs/crystal/mp-*.yaml``, seed 42): our PRDNet models (shipped artifacts), the family's
-``cgcnn`` network trained by the same command, epochs, split and graphs (usage below), a composition-only
-baseline (element fractions → scikit-learn gradient boosting, fitted here) and the train-mean predictor. Band gaps add the metal/non-metal ROC-AUC (probability of a zero gap; the composition
-baseline uses a gradient-boosting classifier). Coverage of the shipped models' 90% intervals is reported overall
-and per group (elements count, cell-size range, crystal system; metals and non-metals for band gaps), beside
-plain split conformal fitted on the same calibration split. Literature numbers are anchors, not our runs.
+Formation energy (eV/atom) and band gap (eV) on the test split of the mp36k pool, the split the shipped models were
+trained with (``configs/crystal/mp-*.yaml``, seed 42): our PRDNet models (shipped artifacts), the family's
+``cgcnn`` network trained by the same command, epochs, split and graphs (usage below), a composition-only baseline
+(element fractions → scikit-learn gradient boosting, fitted here) and the train-mean predictor. Band gaps add the
+metal/non-metal ROC-AUC (probability of a zero gap; the composition baseline uses a gradient-boosting classifier).
+Coverage of the shipped models' 90% intervals is reported overall and per group (elements count, cell-size range,
+crystal system; metals and non-metals for band gaps), beside plain split conformal fitted on the same calibration
+split. Literature numbers are anchors, not our runs.
 
 Usage::
 
