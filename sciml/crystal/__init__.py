@@ -1,7 +1,7 @@
 """Crystal property prediction: public Python API.
 
 >>> from sciml.crystal import predict
->>> df = predict(["examples/structures"], model="perov5-heat-all")  # doctest: +SKIP
+>>> df = predict(["examples/structures"], model="mp-formation-energy")  # doctest: +SKIP
 
 The names below are imported on first use (PEP 562), so ``import sciml.crystal`` (and the ``sciml`` command's
 start-up) does not pay for torch, Lightning and pymatgen until a model is actually needed.

@@ -18,7 +18,7 @@ from sciml.crystal.domain import CrystalDomain
 from sciml.crystal.model import CrystalModel
 from sciml.uq.split import calibrator_from_dict
 
-DEFAULT_MODEL = shipped_path("checkpoints/perov5-heat-all")
+DEFAULT_MODEL = shipped_path("checkpoints/mp-formation-energy")
 
 
 @dataclass
@@ -67,7 +67,7 @@ def load_model(path: str | Path = DEFAULT_MODEL, graph: dict | GraphSettings | N
     ----------
     path : str or Path
         Artifact folder or shipped model name (``"perov5-heat-all"``, :func:`sciml.core.io.shipped.resolve_model`;
-        default: the shipped ``perov5-heat-all``).
+        default: the shipped ``mp-formation-energy``).
     graph : dict or GraphSettings, optional
         Graph settings the caller expects; a mismatch with the artifact's is an error, never a silent change.
     domain : bool

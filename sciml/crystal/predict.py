@@ -247,7 +247,7 @@ def predict(structures: Iterable, model: str | CrystalPredictor = DEFAULT_MODEL,
     structures : iterable
         Paths (files, folders, CSV with a ``cif`` column) and/or pymatgen ``Structure`` / ASE ``Atoms``.
     model : str or CrystalPredictor
-        Artifact folder, shipped model name (``"perov5-heat-all"``) or an already loaded predictor.
+        Artifact folder, shipped model name (``"mp-formation-energy"``, the default) or a loaded predictor.
     alpha : float or None
         Miscoverage of the intervals (``None``: no interval).
     batch_size : int

@@ -29,7 +29,7 @@ SCHEMA = {
         "graph": Section({"cutoff": Key(8.0, "neighbour radius, Å"),
                           "max_neighbors": Key(12, "k nearest neighbours (null: all within cutoff)", nullable=True),
                           "g_max": Key(4.0, "largest reflection |G|, 1/Å"),
-                          "tie_tol": Key(0.001, "neighbours this close (Å) to the k-th are kept too: whole shells")},
+                          "tie_tol": Key(0.01, "neighbours this close (Å) to the k-th are kept too: whole shells")},
                          "graph settings (frozen in the model)"),
         "split": split_section([0.8, 0.1, 0.05, 0.05], 42),
         "batch_size": Key(64, "structures per batch (per process under DDP)"),

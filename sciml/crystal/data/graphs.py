@@ -38,7 +38,7 @@ class GraphSettings:
     cutoff: float = 8.0
     max_neighbors: int | None = 12
     g_max: float = 4.0
-    tie_tol: float = 0.001
+    tie_tol: float = 0.01
 
     @classmethod
     def from_dict(cls, d: dict) -> GraphSettings:
