@@ -27,7 +27,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks._results import write_json
+from _results import write_json
+from crystal_perov5 import composition_features
 from sciml.crystal.calibration import CRYSTAL_SYSTEMS, graph_structures
 from sciml.uq import SplitConformal, coverage
 
@@ -72,20 +73,11 @@ def run_model(module, loader) -> dict[str, np.ndarray]:
     return {k: torch.cat(v).double().numpy() for k, v in out.items() if v} | {"seconds": seconds}
 
 
-def composition(graphs) -> np.ndarray:
-    """Element fractions over Z = 1..103, ``(n, 103)``."""
-    x = np.zeros((len(graphs), 103))
-    for i, g in enumerate(graphs):
-        z, counts = np.unique(g.z.numpy(), return_counts=True)
-        x[i, z - 1] = counts / counts.sum()
-    return x
-
-
 def composition_baseline(dm, zero_inflated: bool, seed: int = 0) -> dict[str, np.ndarray]:
     """Gradient boosting on element fractions, fitted on the train split; test predictions (and p_zero)."""
     from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
 
-    xt, xs = composition(dm.datasets["train"]), composition(dm.datasets["test"])
+    xt, xs = composition_features(dm.datasets["train"]), composition_features(dm.datasets["test"])
     yt = np.array([float(g.y) for g in dm.datasets["train"]])
     start = time.perf_counter()
     reg = HistGradientBoostingRegressor(max_iter=500, learning_rate=0.1, random_state=seed).fit(xt, yt)
