@@ -26,9 +26,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
 from _results import write_json
 from crystal_perov5 import composition_features
+
 from sciml.crystal.calibration import CRYSTAL_SYSTEMS, graph_structures
 from sciml.uq import SplitConformal, coverage
 
