@@ -156,6 +156,9 @@ def measure(ours: Path, cgcnn: Path) -> dict:
     runs["composition (gradient boosting)"] = composition_baseline(dm, zero_inflated)
     train_y = np.array([float(g.y) for g in dm.datasets["train"]])
     runs["train mean"] = {"mean": np.full_like(y, train_y.mean())}
+    if zero_inflated:  # the shipped point prediction: inside its interval (HurdleConformal.point)
+        p_zero, positive = (torch.as_tensor(runs["prdnet (ours)"][k]) for k in ("p_zero", "positive"))
+        runs["prdnet (ours)"]["mean"] = predictor.calibrator.point(p_zero, positive).numpy()
     models = {}
     for name, r in runs.items():
         models[name] = {"mae": float(np.abs(r["mean"] - y).mean())}
@@ -209,9 +212,9 @@ def domain_report(predictor, dm) -> dict:
 
 def predictor_data(path: Path) -> dict:
     """The ``data`` section the artifact was trained with."""
-    import json
+    import yaml
 
-    return json.loads((path / "config.json").read_text())["data"]
+    return yaml.safe_load((path / "config.yaml").read_text())["data"]
 
 
 def coverage_report(predictor, dm, run: dict, y: np.ndarray, zero_inflated: bool) -> dict:

@@ -156,8 +156,8 @@ def calibrate_hurdle(module: CrystalRegressor, dm, alpha: float) -> tuple[Hurdle
     """
     cal_p_zero, cal_value, _, cal_y = collect_parts(module, dm.calib_dataloader())
     cal = HurdleConformal(alpha).fit(cal_p_zero, cal_value, cal_y)
-    p_zero, value, mean, y = collect_parts(module, dm.test_dataloader())
-    interval = cal.predict_set(p_zero, value, alpha)
+    p_zero, value, _, y = collect_parts(module, dm.test_dataloader())
+    interval, mean = cal.predict_set(p_zero, value, alpha), cal.point(p_zero, value, alpha)
     zero = y <= 0
     t, q = cal.thresholds(alpha)
     metrics = {"test_mae": float((mean - y).abs().mean()), "test_mae_positive": float((mean - y)[~zero].abs().mean()),

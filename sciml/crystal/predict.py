@@ -128,6 +128,7 @@ def _plain_interval(good, run: dict, predictor: CrystalPredictor, alpha):
         return nan, nan
     if isinstance(predictor.calibrator, HurdleConformal):
         interval = predictor.calibrator.predict_set(run["p_zero"], run["positive"], alpha)
+        run["mean"] = predictor.calibrator.point(run["p_zero"], run["positive"], alpha)  # inside its interval
         return interval.lower, interval.upper
     interval = predict_interval(predictor.calibrator, run["mean"], run["sigma"], alpha,
                                 [structure for _, _, structure, _, _ in good])  # groups if Mondrian

@@ -99,6 +99,16 @@ class HurdleConformal(nn.Module):
         lower = torch.where(p_zero.to(torch.float64) >= t, torch.zeros_like(value), (value - q).clamp_min(0.0))
         return Interval(lower, value + q)
 
+    def point(self, p_zero: Tensor, value: Tensor, alpha: float | None = None) -> Tensor:
+        """Point prediction inside the set, ``(m,)``: 0 where ``p₀ >= 1/2`` and 0 is in the set, else ``v``.
+
+        The mixture's median is 0 when ``p₀ >= 1/2``; where the calibrated set leaves 0 out (``1/2 <= p₀ < t``)
+        the value ``v`` is reported instead, so that a row never shows a prediction outside its own interval.
+        """
+        interval = self.predict_set(p_zero, value, alpha)
+        zero = (p_zero.to(torch.float64) >= 0.5) & (interval.lower <= 0)
+        return torch.where(zero, torch.zeros_like(interval.lower), value.to(torch.float64))
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable ``{"method", "alpha", "p_zero", "value", "y"}``."""
         if self.n_calib == 0:

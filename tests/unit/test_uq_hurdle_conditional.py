@@ -44,6 +44,15 @@ def test_hurdle_covers_zeros_and_positives_separately():
         assert abs(float(covered[rows].double().mean()) - (1 - ALPHA)) < _tol(int(cal_rows.sum()), int(rows.sum()))
 
 
+def test_hurdle_point_lies_in_its_interval():
+    gen = torch.Generator().manual_seed(3)
+    cal = HurdleConformal(ALPHA).fit(*_zero_inflated(1000, gen))
+    p_zero, value, _ = _zero_inflated(5000, gen)
+    interval, point = cal.predict_set(p_zero, value), cal.point(p_zero, value)
+    assert ((interval.lower <= point) & (point <= interval.upper)).all()
+    assert torch.equal(point == 0, (p_zero >= 0.5) & (interval.lower == 0))
+
+
 def test_hurdle_roundtrip_and_bad_input():
     gen = torch.Generator().manual_seed(1)
     cal = HurdleConformal(ALPHA).fit(*_zero_inflated(500, gen))
