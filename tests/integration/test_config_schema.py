@@ -308,7 +308,7 @@ def test_crystal_schema_matches_the_code():
     network = SCHEMA["crystal"]["model"].keys["network"]
     assert set(network.variants) == set(NETWORKS)
     for name, cls in NETWORKS.items():
-        _same(_defaults(network.variants[name]), _params(cls, ["cutoff", "g_max"]))
+        _same(_defaults(network.variants[name]), _params(cls, ["cutoff", "g_max", "n_out"]))  # n_out: from the target
     assert set(RETIRED_NETWORK_KEYS) <= set(network.retired)
 
 

@@ -104,9 +104,10 @@ def test_shift_aware_on_an_extreme_batch_gives_infinite_intervals(domain_run):
 
 
 def test_shipped_perov5_model_has_a_domain_file_and_unchanged_weights():
-    meta = json.loads((DEFAULT_MODEL / "metadata.json").read_text())
+    perov5 = DEFAULT_MODEL.parent / "perov5-heat-all"
+    meta = json.loads((perov5 / "metadata.json").read_text())
     assert meta["weights_sha256"] == "cc275f4716290522d3dd2f2baefded2acd304b93479d340928008e7c6cf58fd2"
-    predictor = load_model()
+    predictor = load_model(perov5)
     assert predictor.domain is not None and predictor.domain.score.n_calib == meta["split_sizes"]["calib"]
     df = predict([far_structure(), ROOT / "examples" / "structures"], model=predictor)
     assert not df["in_domain"].iloc[0] and "out of domain" in df["note"].iloc[0]
