@@ -70,6 +70,16 @@ class ConditionalConformal(MultiGroupConformal):
 
     method = "conditional"
 
+    def fit(self, scores: Tensor, members: Tensor, columns: list[tuple[str, int]] | None = None
+            ) -> ConditionalConformal:
+        """As :meth:`MultiGroupConformal.fit`; forgets the coefficients of an earlier fit."""
+        self._theta: dict[float, Tensor] = {}
+        return super().fit(scores, members, columns)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args) -> None:
+        self._theta = {}  # new scores: the cached coefficients no longer hold
+        super()._load_from_state_dict(state_dict, prefix, *args)
+
     def used_columns(self) -> Tensor:
         """Bool ``(G,)``: groups with at least :data:`MIN_MEMBERS` calibration points (they get an indicator)."""
         return self.members.sum(0) >= MIN_MEMBERS
@@ -79,12 +89,16 @@ class ConditionalConformal(MultiGroupConformal):
         if self.scores.numel() == 0:
             raise RuntimeError("ConditionalConformal is not fitted; call fit(scores, members) first")
         alpha = check_alpha(self.alpha if alpha is None else alpha)
+        cache = self.__dict__.setdefault("_theta", {})  # one linear programme per alpha, not per batch
+        if alpha in cache:
+            return cache[alpha]
         phi = torch.cat([torch.ones(len(self.scores), 1, dtype=torch.float64),
                          self.members[:, self.used_columns()].double()], dim=1)
         if not torch.isfinite(self.scores).all():
             raise ValueError("conditional calibration needs finite scores")
         theta = quantile_regression(phi.numpy(), self.scores.numpy(), 1.0 - alpha)
-        return torch.as_tensor(theta, dtype=torch.float64)
+        cache[alpha] = torch.as_tensor(theta, dtype=torch.float64)
+        return cache[alpha]
 
     def threshold(self, members: Tensor, alpha: float | None = None) -> Tensor:
         """``q(x) = φ(x)ᵀθ``, shape ``(m,)``, never below 0 (the scores are non-negative)."""
