@@ -53,24 +53,16 @@ def _to_graph(fields: dict) -> Data:
     return Data(**{f: torch.from_numpy(v) for f, v in fields.items()})
 
 
-def _table_graphs(path: Path, settings: GraphSettings, workers: int, limit: int | None) -> Iterator[tuple[str, Data]]:
+def _table_graphs(path: Path, settings: GraphSettings, workers: int, limit: int | None) -> Iterator[Data]:
+    """Graphs of a CSV's rows in file order, featurised in ``workers`` processes (1: in this process)."""
     rows = ((f"{path}:{ident}", text, settings.to_dict()) for ident, text in structure_rows(path))
     rows = islice(rows, limit) if limit else rows
     if workers <= 1:
-        for row in rows:
-            yield row[0].rsplit(":", 1)[-1], _to_graph(_featurise(row))
+        yield from (_to_graph(_featurise(row)) for row in rows)
         return
-    ids: list[str] = []
-
-    def tagged():
-        for row in rows:
-            ids.append(row[0].rsplit(":", 1)[-1])
-            yield row
-
     ctx = mp.get_context("spawn")  # fork after torch threads start can deadlock
-    with ctx.Pool(workers) as pool, closing(pool.imap(_featurise, tagged(), chunksize=32)) as results:
-        for k, fields in enumerate(results):
-            yield ids[k], _to_graph(fields)
+    with ctx.Pool(workers) as pool, closing(pool.imap(_featurise, rows, chunksize=32)) as results:
+        yield from (_to_graph(fields) for fields in results)
 
 
 def labelled_graphs(path: str | Path, target: str, settings: GraphSettings, workers: int = 1,
@@ -93,8 +85,8 @@ def labelled_graphs(path: str | Path, target: str, settings: GraphSettings, work
     limit : int, optional
         Only the first ``limit`` rows.
     cache : str or Path, optional
-        Folder for a tensor cache of the graphs (created if needed); reused when the data file, target, settings
-        and ``limit`` are the same.
+        Folder for a tensor cache of the graphs (created if needed); reused when the data file, graph settings and
+        ``limit`` are the same.
 
     Raises
     ------
@@ -111,25 +103,24 @@ def labelled_graphs(path: str | Path, target: str, settings: GraphSettings, work
             graphs.append(structure_to_graph(row.structure, settings, source=str(row.id)))
             graphs[-1].y = torch.tensor([float(row.y)], dtype=torch.float32)
         return [str(i) for i in table["id"]], graphs
-    ids, y = zip(*((ident, value) for ident, _, value in islice(labelled_rows(path, target, text=False), limit)),
-                 strict=True) if limit != 0 else ((), ())
+    labels = list(islice(labelled_rows(path, target, text=False), limit))
+    ids, y = [ident for ident, _, _ in labels], [value for _, _, value in labels]
     file = cache_file(path, settings, limit, cache) if cache else None
     if file is not None and file.is_file():
         log.info("graphs: reading the cache %s", file)
         cached_ids, graphs = unpack(torch.load(file, weights_only=True))
     else:
         stream = _table_graphs(path, settings, max(int(workers), 1), limit)
-        pairs = list(tqdm(stream, total=limit or len(ids), desc="graphs", leave=False, mininterval=10))
-        cached_ids, graphs = [p[0] for p in pairs], [p[1] for p in pairs]
+        cached_ids, graphs = ids, list(tqdm(stream, total=len(ids), desc="graphs", leave=False, mininterval=10))
         if file is not None:
             with atomic_open(file, "wb") as handle:
                 torch.save(pack(cached_ids, graphs), handle)
             log.info("graphs: cached %d structures in %s", len(graphs), file)
-    if list(cached_ids) != list(ids):
+    if list(cached_ids) != ids:
         raise ValueError(f"{path}: the graph cache does not match the file's rows; delete {file}")
     for graph, value in zip(graphs, y, strict=True):
         graph.y = torch.tensor([value], dtype=torch.float32)
-    return list(ids), graphs
+    return ids, graphs
 
 
 def cache_file(path: Path, settings: GraphSettings, limit: int | None, cache: str | Path) -> Path:
