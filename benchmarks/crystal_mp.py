@@ -30,6 +30,7 @@ from _results import write_json
 from crystal_perov5 import composition_features
 
 from sciml.crystal.calibration import CRYSTAL_SYSTEMS, graph_structures
+from sciml.crystal.export import roc_auc
 from sciml.uq import SplitConformal, coverage
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,15 +89,6 @@ def composition_baseline(dm, zero_inflated: bool, seed: int = 0) -> dict[str, np
         out["mean"] = np.where(out["p_zero"] >= 0.5, 0.0, np.clip(out["mean"], 0.0, None))
     out["seconds"] = time.perf_counter() - start
     return out
-
-
-def roc_auc(score: np.ndarray, positive: np.ndarray) -> float:
-    """ROC-AUC of ``score`` for bool labels ``positive`` (Mann-Whitney; ties count one half)."""
-    from scipy.stats import rankdata
-
-    ranks, n_pos = rankdata(score), int(positive.sum())
-    n_neg = len(score) - n_pos
-    return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
 def group_labels(dm) -> dict[str, np.ndarray]:

@@ -12,6 +12,7 @@ import math
 from math import nan
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from sciml.core import keys
@@ -139,12 +140,12 @@ def export(ckpt: str | Path, state: dict, output: str | Path, cfg: dict, calibra
 
 @torch.no_grad()
 def collect_parts(module: CrystalRegressor, loader) -> tuple[torch.Tensor, ...]:
-    """``(p₀, y₊, ŷ, y)`` over ``loader`` for a zero-inflated model, each ``(n,)`` float64."""
+    """``(p₀, y₊, y)`` over ``loader`` for a zero-inflated model, each ``(n,)`` float64."""
     module.eval()
     out = []
     for batch in loader:
         pred = module.predict_step(batch)
-        out.append((pred.meta["p_zero"], pred.meta["positive"], pred.mean, batch[keys.TARGET]))
+        out.append((pred.meta["p_zero"], pred.meta["positive"], batch[keys.TARGET]))
     return tuple(torch.cat(parts).double() for parts in zip(*out, strict=True))
 
 
@@ -154,9 +155,8 @@ def calibrate_hurdle(module: CrystalRegressor, dm, alpha: float) -> tuple[Hurdle
     Metrics: coverage and mean width overall, among zeros and among positives; ROC-AUC of ``p₀`` for ``y = 0``;
     MAE overall and among positives.
     """
-    cal_p_zero, cal_value, _, cal_y = collect_parts(module, dm.calib_dataloader())
-    cal = HurdleConformal(alpha).fit(cal_p_zero, cal_value, cal_y)
-    p_zero, value, _, y = collect_parts(module, dm.test_dataloader())
+    cal = HurdleConformal(alpha).fit(*collect_parts(module, dm.calib_dataloader()))
+    p_zero, value, y = collect_parts(module, dm.test_dataloader())
     interval, mean = cal.predict_set(p_zero, value, alpha), cal.point(p_zero, value, alpha)
     zero = y <= 0
     t, q = cal.thresholds(alpha)
@@ -170,15 +170,18 @@ def calibrate_hurdle(module: CrystalRegressor, dm, alpha: float) -> tuple[Hurdle
     return cal, metrics
 
 
-def roc_auc(score: torch.Tensor, positive: torch.Tensor) -> float:
-    """Area under the ROC curve of ``score`` for the bool labels ``positive`` (ties count one half)."""
+def roc_auc(score, positive) -> float:
+    """Area under the ROC curve of ``score`` ``(n,)`` for bool labels ``positive`` ``(n,)`` (ties count one half).
+
+    Mann–Whitney form; NaN when one class is empty. Tensors or arrays.
+    """
     from scipy.stats import rankdata
 
-    ranks = torch.as_tensor(rankdata(score.numpy()))
+    score, positive = np.asarray(score), np.asarray(positive, dtype=bool)
     n_pos, n_neg = int(positive.sum()), int((~positive).sum())
     if n_pos == 0 or n_neg == 0:
         return nan
-    return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+    return float((rankdata(score)[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
 def domain_summary(domain: CrystalDomain) -> dict:
