@@ -38,6 +38,8 @@ def add_parser(sub, name: str) -> None:
     q.add_argument("--counts-layer", default=None, help="layer with raw counts (default: log1p values in X)")
     q.add_argument("--no-control", action="store_true", help="leave the control cells out of the output (default: "
                    "written after the generated cells, with the control label, for scoring with cell-eval)")
+    q.add_argument("--max-control-cells", type=int, default=None, help="use at most this many control cells of the "
+                   "file, a draw seeded by --seed (default: all): they pair the generated cells and are written")
     q.add_argument("--reorder-genes", action="store_true", help="select the model's genes by name in any order")
     q.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: sciml.core.threads)")
     q.set_defaults(run=run_predict)
@@ -115,6 +117,8 @@ def _check_args(args) -> None:
     check_alpha_arg(args.beta, "--beta")
     if args.steps is not None and args.steps < 1:
         raise ValueError(f"--steps must be >= 1, got {args.steps}")
+    if args.max_control_cells is not None and args.max_control_cells < 1:
+        raise ValueError(f"--max-control-cells must be >= 1, got {args.max_control_cells}")
     if not str(args.output).endswith(".h5ad"):
         raise ValueError(f"--output {args.output}: expected a file name ending in .h5ad")
     require_inputs([args.control], "file", "give the path of an .h5ad AnnData file with control cells")
@@ -149,7 +153,8 @@ def run_predict(args, overrides: list[str]) -> int:
     control_label = args.control_label or data.get("control_label", "ctrl")
     controls = read_controls(args.control, predictor.genes, key, control_label, args.counts_layer,
                              float(data.get("target_sum", 1e4)), reorder=args.reorder_genes,
-                             require_key=args.condition_key is not None)
+                             require_key=args.condition_key is not None, max_cells=args.max_control_cells,
+                             seed=args.seed)
     ctrl = controls.x
     stage("perturbation predict", f"loaded {predictor.path} and {len(ctrl)} control cells in "
           f"{time.perf_counter() - begin:.1f} s; generating {args.n_cells} cells for each of {len(labels)} "
@@ -159,6 +164,7 @@ def run_predict(args, overrides: list[str]) -> int:
                              progress=True, beta=args.beta)
     seconds = time.perf_counter() - start
     info = {"model": str(predictor.path), "control_file": str(args.control), "n_control_cells": len(ctrl),
+            **({"max_control_cells": args.max_control_cells} if args.max_control_cells else {}),
             "n_cells": args.n_cells, "seed": args.seed, "ode_steps": args.steps or predictor.module.flow["steps"],
             "ode_method": args.method or predictor.module.flow["method"],
             "domain": ("control cells: k-NN conformal p-value per cell against the training controls, batch "

@@ -45,6 +45,8 @@ SCHEMA = {
         "steps_per_epoch": Key(100, "training batches per epoch"),
         "eval_seed": Key(0, "seed of the cells drawn by val/calib/test loaders"),
         "num_workers": Key(0, "DataLoader workers"),
+        "max_control_cells": Key(None, "control cells used per cell type, a draw seeded by the split seed (null: "
+                                 "all)", "int"),
     }),
     "model": Section({
         "network": Section({"dim": Key(64, "width"), "depth": Key(2, "blocks"), "heads": Key(4, "attention heads"),

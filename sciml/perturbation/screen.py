@@ -77,17 +77,22 @@ class Doubles:
 
 
 def read_doubles(dm, keys: Sequence[str]) -> Doubles:
-    """:class:`Doubles` of the conditions ``keys`` of data module ``dm`` (each against its own controls)."""
-    cells = [dm.cells(k) for k in keys]
-    ctrl = [dm.control_matrix(k) for k in keys]
+    """:class:`Doubles` of the conditions ``keys`` of data module ``dm`` (each against its own controls).
+
+    One condition's cells are dense at a time.
+    """
+    stats: dict[str, list[np.ndarray]] = {"mu0": [], "target": [], "delta": [], "var": []}
+    for key in keys:
+        x, c = dm.cells(key), dm.control_matrix(key)
+        for name, value in (("mu0", c.mean(0)), ("target", x.mean(0)), ("delta", x.mean(0) - c.mean(0)),
+                            ("var", mean_variance(x) + mean_variance(c))):
+            stats[name].append(value)
 
     def stack(rows: list[np.ndarray]) -> Tensor:
         return torch.as_tensor(np.stack(rows), dtype=torch.float32) if rows else torch.zeros(0, 0)
 
     return Doubles(tuple(keys), torch.tensor([dm.encode(k) for k in keys], dtype=torch.long).reshape(-1, 2),
-                   stack([c.mean(0) for c in ctrl]), stack([x.mean(0) for x in cells]),
-                   stack([x.mean(0) - c.mean(0) for x, c in zip(cells, ctrl, strict=True)]),
-                   stack([mean_variance(x) + mean_variance(c) for x, c in zip(cells, ctrl, strict=True)]))
+                   *(stack(stats[name]) for name in ("mu0", "target", "delta", "var")))
 
 
 def single_effects(dm) -> dict[int, Tensor]:

@@ -35,7 +35,7 @@ def build(cfg: dict, run_dir: Path | None = None) -> tuple[PerturbationDataModul
     settings = PriorSettings.from_flow(model_cfg.get("flow"))  # a bad value fails before any data is read
     note(f"reading {cfg['data'].get('path')}")
     dm = datamodule(cfg, run_dir)
-    note(f"read {len(dm.table.x)} cells x {len(dm.genes)} genes; measuring the singles and doubles")
+    note(f"read {dm.table.n_cells} cells x {len(dm.genes)} genes; measuring the singles and doubles")
     screen = read_screen(dm)
     seed = int(cfg.get("seed", 0))
     model = PerturbationFlow(network=model_cfg.get("network", {}), genes=list(dm.perturbation_genes),

@@ -2,8 +2,9 @@
 
 Expression inside the package is ``log1p(counts / library_size · target_sum)`` (float32, cells × genes).
 Input is either already log1p-normalised in ``X`` (default) or raw counts in a named layer
-(``counts_layer='counts'``), normalised here with a frozen ``target_sum``. Every user-triggerable problem raises
-:class:`DataError` with one line naming the file, the field and the fix.
+(``counts_layer='counts'``), normalised here with a frozen ``target_sum``. Sparse input stays sparse (scipy CSR,
+float32): it is densified a condition or a batch at a time (:func:`dense_rows`), never whole. Every
+user-triggerable problem raises :class:`DataError` with one line naming the file, the field and the fix.
 """
 
 from __future__ import annotations
@@ -56,8 +57,49 @@ def dense(matrix) -> np.ndarray:
     return np.asarray(matrix, dtype=np.float32)
 
 
-def check_finite(values: np.ndarray, source: str, field: str) -> None:
-    """Raise :class:`DataError` if ``values`` holds NaN or inf."""
+def is_sparse(matrix) -> bool:
+    """True for a scipy sparse matrix or array (an AnnData backed or in-memory sparse ``X`` or layer)."""
+    from scipy import sparse
+
+    return sparse.issparse(matrix)
+
+
+def dense_rows(matrix, rows) -> np.ndarray:
+    """Rows ``rows`` (indices or a mask) of a dense or sparse matrix, dense float32 ``(len(rows), genes)``."""
+    return dense(matrix[rows])
+
+
+def n_rows(matrix) -> int:
+    """Number of rows of a dense or sparse matrix (``len`` is ambiguous for scipy sparse)."""
+    return int(matrix.shape[0])
+
+
+def take_columns(matrix, cols):
+    """Columns ``cols`` of a dense (contiguous copy) or sparse (CSR) matrix."""
+    if is_sparse(matrix):
+        return matrix[:, cols].tocsr()
+    return np.ascontiguousarray(matrix[:, cols])
+
+
+def _as_csr(matrix):
+    """A float32 CSR copy of a sparse matrix (explicit zeros dropped, indices sorted)."""
+    from scipy import sparse
+
+    out = sparse.csr_matrix(matrix, dtype=np.float32, copy=True)
+    out.eliminate_zeros()
+    out.sort_indices()
+    return out
+
+
+def check_finite(values, source: str, field: str) -> None:
+    """Raise :class:`DataError` if ``values`` (dense, or sparse CSR) holds NaN or inf."""
+    if is_sparse(values):
+        bad_data = ~np.isfinite(values.data)
+        if bad_data.any():
+            rows = np.unique(np.repeat(np.arange(values.shape[0]), np.diff(values.indptr))[bad_data])
+            raise DataError(f"{source}: {field} holds {int(bad_data.sum())} NaN/inf values in {len(rows)} cells "
+                            f"(first cell index {int(rows[0])}); remove or impute them")
+        return
     bad = ~np.isfinite(values)
     if bad.any():
         rows = np.unique(np.nonzero(bad)[0])
@@ -95,38 +137,48 @@ def check_gene_order(var_names: Sequence[str], genes: Sequence[str], source: str
                         f"reorder with adata = adata[:, genes] (genes from the model metadata)")
 
 
-def log_normalise(counts: np.ndarray, target_sum: float = TARGET_SUM) -> np.ndarray:
+def log_normalise(counts, target_sum: float = TARGET_SUM):
     """``log1p(c / Σc · target_sum)`` per cell, float32 ``(cells, genes)`` (Σ over the row; an all-zero row stays 0).
 
     The one library-size normalisation of the package: count layers at read time and the simulator's
-    counts and noise-free levels (:mod:`sciml.perturbation.sim.simulate`).
+    counts and noise-free levels (:mod:`sciml.perturbation.sim.simulate`). Sparse ``counts`` (2-D) give a float32
+    CSR matrix with the same non-zeros.
     """
+    if is_sparse(counts):
+        out = _as_csr(counts)
+        lib = np.maximum(np.asarray(out.sum(axis=1), dtype=np.float32).ravel(), 1e-12)
+        scale = np.repeat(np.float32(target_sum) / lib, np.diff(out.indptr))
+        out.data = np.log1p(out.data * scale).astype(np.float32)
+        return out
     lib = np.maximum(counts.sum(axis=-1, keepdims=True), 1e-12)
     return np.log1p(counts / lib * target_sum).astype(np.float32)
 
 
-def log_expression(adata, source: str, counts_layer: str | None = None,
-                   target_sum: float = TARGET_SUM) -> np.ndarray:
-    """Expression in log1p space, float32 (cells, genes).
+def log_expression(adata, source: str, counts_layer: str | None = None, target_sum: float = TARGET_SUM):
+    """Expression in log1p space, float32 (cells, genes): dense for dense input, CSR for sparse input.
 
     ``counts_layer`` named: ``log1p(c / Σc · target_sum)`` per cell (Σ over the file's genes).
     Otherwise ``X`` is taken to be log1p-normalised already; integer-valued ``X`` with large values is refused.
+    A sparse matrix is never densified here.
     """
     if counts_layer is not None:
         if counts_layer not in adata.layers:
             raise DataError(f"{source}: layers has no {counts_layer!r} (layers: {list(adata.layers)}); "
                             f"set data.counts_layer to null for log1p input in X")
-        counts = dense(adata.layers[counts_layer])
+        layer = adata.layers[counts_layer]
+        counts = _as_csr(layer) if is_sparse(layer) else dense(layer)
         check_finite(counts, source, f"layers[{counts_layer!r}]")
-        if (counts < 0).any():
+        if ((counts.data if is_sparse(counts) else counts) < 0).any():
             raise DataError(f"{source}: layers[{counts_layer!r}] has negative counts; give raw counts")
         return log_normalise(counts, target_sum)
-    x = dense(adata.X)
+    x = _as_csr(adata.X) if is_sparse(adata.X) else dense(adata.X)
     check_finite(x, source, "X")
-    if (x < 0).any():
+    values = x.data if is_sparse(x) else x
+    if (values < 0).any():
         raise DataError(f"{source}: X has negative values; give log1p-normalised expression (not scaled/centred)")
-    if x.size and x.max() > 30 and np.allclose(x[: min(len(x), 200)], np.round(x[: min(len(x), 200)])):
-        raise DataError(f"{source}: X looks like raw counts (integers up to {x.max():.0f}); "
+    head = dense_rows(x, slice(0, min(n_rows(x), 200)))
+    if values.size and values.max() > 30 and np.allclose(head, np.round(head)):
+        raise DataError(f"{source}: X looks like raw counts (integers up to {values.max():.0f}); "
                         f"put them in layers['counts'] and set data.counts_layer: counts")
     return x
 

@@ -6,6 +6,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from sciml.perturbation.data.anndata_io import dense_rows, n_rows
 from sciml.perturbation.data.pairing import draw, pair
 
 X_PERT = "x_pert"  # (C, N, G) float32, log1p expression of perturbed cells
@@ -20,7 +21,8 @@ class ConditionDataset(Dataset):
     Parameters
     ----------
     keys : condition keys to draw from; item ``i`` is ``keys[i % len(keys)]``.
-    cells : key -> (n, G) float32 expression of that condition.
+    cells : key -> (n, G) float32 expression of that condition (dense, or scipy CSR: only the drawn rows are
+        densified).
     controls : key -> (n_ctrl, G) control cells paired with that condition (same cell type).
     pert_genes : key -> list of 2 int indices (-1 padded).
     n_cells : N, cells per condition (with replacement when a condition has fewer).
@@ -47,8 +49,8 @@ class ConditionDataset(Dataset):
         seed = (self.fixed_seed, i) if self.fixed_seed is not None else int(torch.randint(2**62, (1,)))
         rng = np.random.default_rng(seed)
         pert, ctrl = self.cells[key], self.controls[key]
-        x_pert = pert[draw(len(pert), self.n_cells, rng)]
-        x_ctrl = pair(ctrl[draw(len(ctrl), self.n_cells, rng)], x_pert, self.pairing)
+        x_pert = dense_rows(pert, draw(n_rows(pert), self.n_cells, rng))
+        x_ctrl = pair(dense_rows(ctrl, draw(n_rows(ctrl), self.n_cells, rng)), x_pert, self.pairing)
         return {X_PERT: x_pert, X_CTRL: x_ctrl, PERT_GENES: self.pert_genes[key], CONDITION: key}
 
 

@@ -12,6 +12,11 @@ Batch contract (every loader; C conditions of N cells, G genes)::
 ``dm.perturbation_genes`` starts with ``dm.genes`` (the measured genes, in column order) and appends the
 perturbed genes that were not measured (sorted), so a perturbation always has a gene index; for the simulator
 and any data whose targets are measured the two lists are equal.
+
+Memory: a sparse file stays sparse (scipy CSR) in :attr:`table`; cells are densified a condition at a time
+(:meth:`PerturbationDataModule.cells`) or a batch at a time (the loaders draw rows, then densify them), and each
+cell type's control cells once (:meth:`PerturbationDataModule.control_matrix`, cached; ``max_control_cells`` bounds
+them). Nothing densifies the whole matrix.
 """
 
 from __future__ import annotations
@@ -24,13 +29,13 @@ import torch
 from torch.utils.data import DataLoader, RandomSampler
 
 from sciml.core.datamodule import SplitDataModule
-from sciml.perturbation.data.anndata_io import DataError, select_hvg
+from sciml.perturbation.data.anndata_io import DataError, dense_rows, select_hvg, take_columns
 from sciml.perturbation.data.batches import ConditionDataset, collate
 from sciml.perturbation.data.conditions import UnknownGeneError, canonical_label, gene_indices, parse_condition
 from sciml.perturbation.data.graph import coexpression_knn, read_edge_list
 from sciml.perturbation.data.pairing import PAIRINGS
 from sciml.perturbation.data.splits import SPLIT_NAMES, make_split, write_split
-from sciml.perturbation.data.table import CellTable, load_table, make_key, split_key
+from sciml.perturbation.data.table import CellTable, cap_rows, load_table, make_key, split_key
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +68,9 @@ class PerturbationDataModule(SplitDataModule):
     gene_graph : str or None
         Two-column edge-list file; ``None``: co-expression kNN with ``knn`` neighbours on training cells.
     cell_type_key, subset : optional ``obs`` column of cell types; ``{column: value(s)}`` filter of cells.
+    max_control_cells : int or None
+        At most this many control cells per cell type, a draw seeded by the split seed (``None``: all). Bounds the
+        memory of the densified controls and the cost of everything computed on them.
     genes : list or None
         Frozen gene vocabulary (e.g. from an artifact); the file must hold these genes in this order.
     steps_per_epoch : int
@@ -80,7 +88,7 @@ class PerturbationDataModule(SplitDataModule):
                  pairing: str = "random", gene_graph: str | None = None, knn: int = 30,
                  cell_type_key: str | None = None, subset: dict | None = None, genes: list[str] | None = None,
                  steps_per_epoch: int = 100, eval_seed: int = 0, num_workers: int = 0,
-                 run_dir: str | None = None) -> None:
+                 max_control_cells: int | None = None, run_dir: str | None = None) -> None:
         super().__init__()
         if pairing not in PAIRINGS:
             raise ValueError(f"data.pairing {pairing!r} unknown; choose one of {list(PAIRINGS)}")
@@ -89,7 +97,9 @@ class PerturbationDataModule(SplitDataModule):
                          cells_per_condition=int(cells_per_condition), conditions_per_batch=int(conditions_per_batch),
                          pairing=pairing, gene_graph=gene_graph, knn=int(knn), cell_type_key=cell_type_key,
                          subset=subset, steps_per_epoch=int(steps_per_epoch), eval_seed=int(eval_seed),
-                         num_workers=int(num_workers), run_dir=run_dir)
+                         num_workers=int(num_workers),
+                         max_control_cells=None if max_control_cells is None else int(max_control_cells),
+                         run_dir=run_dir)
         self.split_cfg = SPLIT_DEFAULTS | (split or {})
         self.frozen_genes = list(genes) if genes is not None else None
         self.genes: list[str] = []
@@ -99,6 +109,7 @@ class PerturbationDataModule(SplitDataModule):
         self.split: dict = {}
         self.gene_graph: torch.Tensor | None = None
         self.table: CellTable | None = None
+        self._controls: dict[str, np.ndarray] = {}
 
     @classmethod
     def from_config(cls, data: dict, run_dir: str | None = None) -> PerturbationDataModule:
@@ -117,6 +128,8 @@ class PerturbationDataModule(SplitDataModule):
         o = self.opts
         table = load_table(o["path"], o["condition_key"], o["control_label"], o["counts_layer"], o["target_sum"],
                            o["cell_type_key"], o["subset"], self.frozen_genes)
+        for key in table.control_keys():
+            table.index[key] = cap_rows(table.index[key], o["max_control_cells"], int(self.split_cfg["seed"]))
         perturbed = {k: g for k, g in table.perturbation.items() if g}
         self.split = make_split(perturbed, cell_types=table.cell_type, **self.split_cfg)
         self.conditions = {name: self.split[name] for name in SPLIT_NAMES}
@@ -127,7 +140,7 @@ class PerturbationDataModule(SplitDataModule):
             chosen = select_hvg(table.x[train_rows], table.var_names, o["n_hvg"], keep=keep)
             cols = [table.var_names.index(g) for g in chosen] if len(chosen) < len(table.var_names) else None
             if cols is not None:
-                table.x = np.ascontiguousarray(table.x[:, cols])
+                table.x = take_columns(table.x, cols)
                 table.var_names = chosen
         self.table = table
         self.genes = list(table.var_names)
@@ -139,7 +152,7 @@ class PerturbationDataModule(SplitDataModule):
             self.gene_graph = coexpression_knn(table.x[train_rows], o["knn"])
         if o["run_dir"] and self.trainer_is_rank_zero():
             write_split(Path(o["run_dir"]) / "split.json", self.split)
-        log.info("perturbation data: %d cells, %d genes, conditions per split %s", len(table.x), len(self.genes),
+        log.info("perturbation data: %d cells, %d genes, conditions per split %s", table.n_cells, len(self.genes),
                  {k: len(v) for k, v in self.conditions.items()})
 
     def trainer_is_rank_zero(self) -> bool:
@@ -159,15 +172,23 @@ class PerturbationDataModule(SplitDataModule):
         key = self.key(condition)
         if key not in table.index:
             raise KeyError(f"condition {condition!r} has no cells in {table.source}")
-        return table.x[table.index[key]]
+        return dense_rows(table.x, table.index[key])
 
     def control_matrix(self, condition: str | None = None) -> np.ndarray:
-        """Control cells (n_ctrl, G): of the condition's cell type when given, else all control cells."""
+        """Control cells (n_ctrl, G): of the condition's cell type when given, else all control cells.
+
+        Densified once per cell type and cached: the same array is returned to every caller (do not modify it).
+        """
         table = self._require()
         keys = table.control_keys()
         if condition is not None:
             keys = [make_key("ctrl", table.cell_type.get(self.key(condition), ""))]
-        return table.x[np.concatenate([table.index[k] for k in keys])]
+        parts = []
+        for k in keys:
+            if k not in self._controls:
+                self._controls[k] = dense_rows(table.x, table.index[k])
+            parts.append(self._controls[k])
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def key(self, condition: str) -> str:
         """Condition key of a label in any accepted convention (cell-type suffix kept)."""
@@ -191,7 +212,7 @@ class PerturbationDataModule(SplitDataModule):
         """The :class:`ConditionDataset` of a split (``train``, ``val``, ``calib``, ``test``)."""
         table = self._require()
         keys = self.conditions[split]
-        cells = {k: table.x[table.index[k]] for k in keys}
+        cells = {k: table.x[table.index[k]] for k in keys}  # sparse rows stay sparse: densified when drawn
         controls = {k: self.control_matrix(k) for k in keys}
         codes = {k: self.encode(k) for k in keys}
         return ConditionDataset(keys, cells, controls, codes, self.opts["cells_per_condition"],

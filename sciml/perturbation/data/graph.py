@@ -8,16 +8,23 @@ from pathlib import Path
 import numpy as np
 import torch
 
+MAX_KNN_CELLS = 50_000  # cells the co-expression correlation is computed on (a seeded draw beyond)
+CHUNK_VALUES = 2**25  # cells x genes densified at a time (float64: 256 MiB)
 
-def coexpression_knn(x: np.ndarray, k: int = 30) -> torch.Tensor:
+
+def coexpression_knn(x, k: int = 30, max_cells: int = MAX_KNN_CELLS, seed: int = 0) -> torch.Tensor:
     """Symmetrised kNN graph on absolute Pearson correlation between genes.
 
     Parameters
     ----------
-    x : (cells, genes) array
-        Training expression (log1p).
+    x : (cells, genes) array or scipy sparse matrix
+        Training expression (log1p). Read in chunks of rows (:data:`CHUNK_VALUES` values densified at a time).
     k : int
         Neighbours per gene (self excluded), clipped to ``genes - 1``.
+    max_cells : int
+        Beyond this many cells the correlation is computed on that many, drawn without replacement; below, on all.
+    seed : int
+        Seed of that draw.
 
     Returns
     -------
@@ -25,15 +32,26 @@ def coexpression_knn(x: np.ndarray, k: int = 30) -> torch.Tensor:
         Directed edges ``(source, target)``, both directions present, no self loops, sorted, unique.
 
     """
-    x = np.asarray(x, dtype=np.float64)
-    n_genes = x.shape[1]
+    from sciml.perturbation.data.anndata_io import dense_rows, n_rows
+
+    n_cells, n_genes = n_rows(x), x.shape[1]
     k = int(min(k, n_genes - 1))
     if k <= 0:
         return torch.zeros((2, 0), dtype=torch.long)
-    centred = x - x.mean(axis=0)
-    norm = np.linalg.norm(centred, axis=0)
+    rows = np.arange(n_cells)
+    if n_cells > max_cells:
+        rows = np.sort(np.random.default_rng(seed).choice(n_cells, max_cells, replace=False))
+    step = max(1, CHUNK_VALUES // max(n_genes, 1))
+    chunks = [rows[i:i + step] for i in range(0, len(rows), step)]
+    mean = sum(dense_rows(x, c).astype(np.float64).sum(0) for c in chunks) / len(rows)
+    gram, squares = np.zeros((n_genes, n_genes)), np.zeros(n_genes)
+    for c in chunks:
+        centred = dense_rows(x, c).astype(np.float64) - mean
+        gram += centred.T @ centred
+        squares += (centred * centred).sum(0)
+    norm = np.sqrt(squares)
     norm[norm == 0] = np.inf  # constant genes correlate with nothing
-    corr = np.abs((centred.T @ centred) / np.outer(norm, norm))
+    corr = np.abs(gram / np.outer(norm, norm))
     np.fill_diagonal(corr, -1.0)
     nbrs = np.argsort(-corr, axis=1, kind="stable")[:, :k]
     src = np.repeat(np.arange(n_genes), k)

@@ -19,6 +19,7 @@ from sciml.perturbation.data.anndata_io import (
     check_gene_order,
     dense,
     log_expression,
+    n_rows,
     read_h5ad,
 )
 from sciml.perturbation.data.conditions import MAX_GENES, canonical_label, parse_condition
@@ -32,7 +33,8 @@ class CellTable:
 
     Attributes
     ----------
-    x : (cells, genes) float32, log1p expression.
+    x : (cells, genes) float32, log1p expression: a dense array, or a scipy CSR matrix when the file's matrix is
+        sparse (read a condition at a time with :func:`~sciml.perturbation.data.anndata_io.dense_rows`).
     var_names : gene symbols of the columns of ``x``.
     keys : (cells,) condition key of each cell.
     perturbation : condition key -> sorted tuple of perturbed genes (``()`` for control).
@@ -54,6 +56,11 @@ class CellTable:
         order = np.argsort(self.keys, kind="stable")
         bounds = np.flatnonzero(self.keys[order][1:] != self.keys[order][:-1]) + 1
         self.index = {str(self.keys[idx[0]]): idx for idx in np.split(order, bounds) if len(idx)}
+
+    @property
+    def n_cells(self) -> int:
+        """Number of cells (rows of ``x``)."""
+        return n_rows(self.x)
 
     def control_keys(self) -> list[str]:
         """Condition keys of control cells (one per cell type)."""
@@ -152,9 +159,22 @@ def read_control_cells(path: str | Path, genes: list[str], condition_key: str = 
                          require_key).x
 
 
+def cap_rows(rows: np.ndarray, cap: int | None, seed: int = 0) -> np.ndarray:
+    """``rows`` when ``cap`` is ``None`` or not exceeded, else ``cap`` of them drawn without replacement (sorted).
+
+    The draw depends on ``(seed, len(rows))`` only. ``ValueError`` for a cap below 1.
+    """
+    if cap is None or len(rows) <= cap:
+        return rows
+    if int(cap) < 1:
+        raise ValueError(f"the control-cell cap must be >= 1 (or null for all), got {cap}")
+    rng = np.random.default_rng([seed, len(rows)])
+    return np.sort(rng.choice(rows, int(cap), replace=False))
+
+
 def read_controls(path: str | Path, genes: list[str], condition_key: str = "condition", control_label: str = "ctrl",
                   counts_layer: str | None = None, target_sum: float = 1e4, reorder: bool = False,
-                  require_key: bool = False) -> ControlCells:
+                  require_key: bool = False, max_cells: int | None = None, seed: int = 0) -> ControlCells:
     """Control cells of a user's file on a frozen gene vocabulary, with their raw counts when the file has them.
 
     Cells labelled ``control_label`` (or ``ctrl``) in ``obs[condition_key]`` are taken; a file without that column
@@ -162,7 +182,8 @@ def read_controls(path: str | Path, genes: list[str], condition_key: str = "cond
     an error naming the file). ``genes`` must appear in the file in this order, unless ``reorder`` (then the file's
     columns are selected and reordered by name; genes must still all be present). Expression is read from ``X``
     (log1p) or, with ``counts_layer``, normalised from that layer; the counts are that layer, else an
-    integer-valued ``layers['counts']`` when the file has one.
+    integer-valued ``layers['counts']`` when the file has one. ``max_cells``: at most that many control cells, a
+    draw seeded by ``seed`` (:func:`cap_rows`). A sparse file is densified only on its control cells.
     """
     source = str(path)
     adata = read_h5ad(path)
@@ -182,7 +203,10 @@ def read_controls(path: str | Path, genes: list[str], condition_key: str = "cond
             raise DataError(f"{source}: no control cells labelled {control_label!r} in obs[{condition_key!r}]; "
                             f"pass the control label, or a file of control cells only without that column")
         adata = adata[mask]
-    x = log_expression(adata, source, counts_layer, target_sum)
+    keep = cap_rows(np.arange(adata.n_obs), max_cells, seed)
+    if len(keep) < adata.n_obs:
+        adata = adata[keep]
+    x = dense(log_expression(adata, source, counts_layer, target_sum))
     layer = counts_layer or ("counts" if "counts" in adata.layers else None)
     counts = None if layer is None else dense(adata.layers[layer])
     if counts is not None and counts_layer is None and not (np.isfinite(counts).all() and (counts >= 0).all()
