@@ -18,7 +18,12 @@ learned per-gene ``combination`` rule (:mod:`sciml.perturbation.baselines.combin
 masking prior, κ and τ chosen on the training + val doubles, generated mean = prior mean; then the additive fallback
 when it does not beat additive on val — the same steps as ``sciml export``), and the ``noise_ceiling`` (half of the
 real cells predicting the other half).
-Per case: all metrics of :mod:`sciml.perturbation.metrics` per condition, the flow/additive MSE ratio of every
+Per case: all metrics of :mod:`sciml.perturbation.metrics` per condition; cell-eval's metrics (the Virtual Cell
+Challenge's suite, :mod:`sciml.perturbation.celleval`: perturbation discrimination, DE overlap and precision, DE
+direction agreement, Pearson of deltas, MAE...) of the flow model and of every baseline with cells (``no_change``,
+``train_mean``, ``additive``, ``linear``, ``combination``), each scored on the same test cells and control cells
+(``cell_eval`` in the JSON: means per model and rows per condition; skipped with a note when cell-eval is not
+installed, ``pip install "sciml[eval]"``, or with ``--no-cell-eval``); the flow/additive MSE ratio of every
 held-out double and the worst one, the share of negative generated values, the val check, κ and τ, under the fallback
 the largest gap between the generated mean and the additive baseline's (``fallback_gap_to_additive``), train time,
 cells generated per second, and the coverage of the conformal effect bands (on the test conditions, and averaged
@@ -36,7 +41,7 @@ Usage::
 
     python benchmarks/perturbation.py [--settings default cooperative noisy] [--seeds 0 1 2] [--threads 1]
         [--no-real] [--no-sim] [--real norman_additive norman_unseen_single mcfaline_cell_line] [--speed]
-        [--epochs N] [--work DIR] [--output PATH] [--fresh]
+        [--epochs N] [--work DIR] [--output PATH] [--fresh] [--no-cell-eval]
     python benchmarks/perturbation.py --merge a.json b.json --output benchmarks/results/perturbation.json
 
 A case whose run folder under ``--work`` already holds a ``last.ckpt`` resumes it (a finished training only
@@ -62,11 +67,11 @@ from sciml.cli.config import apply_overrides, load_config
 from sciml.core.io.checkpoint import load_lightning_checkpoint
 from sciml.core.registry import build_datamodule
 from sciml.core.train import train
-from sciml.perturbation.baselines.simple import BASELINES
+from sciml.perturbation.baselines.simple import BASELINES, fit_baselines
 from sciml.perturbation.compare import evaluate_baselines
 from sciml.perturbation.data.anndata_io import write_h5ad
 from sciml.perturbation.evaluate import band_metrics, effects, split_predictions
-from sciml.perturbation.metrics import evaluate, summarise
+from sciml.perturbation.metrics import baseline_predictions, evaluate, summarise
 from sciml.perturbation.module import PerturbationFlow
 from sciml.perturbation.nn import integrate
 from sciml.perturbation.predict import draw_controls
@@ -88,6 +93,36 @@ REAL = {"norman_additive": ("norman", {"kind": "additive"}),
         "norman_unseen_single": ("norman", {"kind": "unseen_single"}),
         "mcfaline_cell_line": ("mcfaline", {})}
 SPEED_STEPS = (("euler", 1), ("euler", 2), ("euler", 4), ("euler", 8), ("rk4", 10))
+CELL_EVAL_HEADLINE = ["discrimination_score_l1", "overlap_at_N", "precision_at_N", "de_direction_match",
+                      "de_spearman_lfc_sig", "pearson_delta", "mae"]
+
+
+def cell_eval_available() -> bool:
+    """Whether cell-eval (``pip install "sciml[eval]"``) can be imported."""
+    try:
+        import cell_eval  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def cell_eval_case(flow_cells: dict, dm, n_cells: int, seed: int, threads: int) -> dict:
+    """cell-eval's metrics of the flow model and of every baseline with cells, on the test split.
+
+    The baselines' cells are those their rows of :func:`evaluate_baselines` were computed on (same fit, same draw of
+    control cells); every model is scored against the same real cells and control cells.
+    """
+    from sciml.perturbation.celleval import score_split
+
+    start = time.perf_counter()
+    cells = {name: baseline_predictions(model, dm, "test", n_cells, seed)
+             for name, model in fit_baselines(dm, BASELINE_NAMES).items()} | {"flow": flow_cells}
+    scored = {name: score_split(c, dm, "test", threads, seed) for name, c in cells.items()}
+    return {"mean": {name: s["mean"] for name, s in scored.items()},
+            "per_condition": {name: s["per_condition"] for name, s in scored.items()},
+            "seconds": time.perf_counter() - start,
+            "note": "cell-eval full profile less clustering_agreement; predicted cells clipped at 0; the real control "
+                    "cells in both files (at most 2,000, seeded); DE by cell-eval (pdex, Wilcoxon, FDR 0.05)"}
 
 
 def pooled_coverage(bands: EffectBands, cal: tuple, test: tuple, alpha: float, reps: int = 500, seed: int = 0) -> dict:
@@ -219,7 +254,7 @@ def per_double(table: pd.DataFrame) -> dict:
 
 
 def run_case(name: str, cfg: dict, run_dir: Path, n_cells: int, alpha: float, truth: dict | None,
-             speed: bool = False) -> dict:
+             speed: bool = False, cell_eval: bool = True) -> dict:
     """Train, choose on val (prior at build, additive fallback after training), predict and evaluate one case.
 
     Baselines and the noise ceiling run on the same data module.
@@ -257,6 +292,8 @@ def run_case(name: str, cfg: dict, run_dir: Path, n_cells: int, alpha: float, tr
         if "interacting" in rows and rows["interacting"].fillna(False).astype(bool).any():
             inter = rows[rows["interacting"].fillna(False).astype(bool)][METRICS].mean()
             result["summary"][model]["interacting_doubles"] = inter.replace({np.nan: None}).to_dict()
+    if cell_eval:
+        result["cell_eval"] = cell_eval_case(test_cells, dm, n_cells, seed, max(1, torch.get_num_threads()))
     if speed:
         result["speed"] = speed_table(module, dm, n_cells, seed)
     return result
@@ -269,7 +306,8 @@ def seeded_case(base: dict, path: Path, seed: int) -> dict:
     return cfg
 
 
-def grn_case(setting: str, seed: int, base: dict, work: Path, n_cells: int, alpha: float, speed: bool) -> dict:
+def grn_case(setting: str, seed: int, base: dict, work: Path, n_cells: int, alpha: float, speed: bool,
+             cell_eval: bool = True) -> dict:
     """Simulate ``configs/data/grn_<setting>.yaml`` with ``seed`` and run the case on it."""
     data_cfg = load_config(ROOT / "configs" / "data" / f"grn_{setting}.yaml")["grn"]
     path = work / f"grn_{setting}_seed{seed}.h5ad"
@@ -277,7 +315,8 @@ def grn_case(setting: str, seed: int, base: dict, work: Path, n_cells: int, alph
     write_h5ad(adata, path)
     truth = read_ground_truth(adata)
     cfg = seeded_case(base, path, seed)
-    out = run_case(f"grn/{setting}", cfg, work / f"grn_{setting}_seed{seed}", n_cells, alpha, truth, speed)
+    out = run_case(f"grn/{setting}", cfg, work / f"grn_{setting}_seed{seed}", n_cells, alpha, truth, speed,
+                   cell_eval)
     return out | {"setting": setting, "fraction_interacting": truth["fraction_interacting"]}
 
 
@@ -323,6 +362,9 @@ def print_case(r: dict) -> None:
           f"fallback {r['additive_fallback']}; worst double {r['per_double']['worst_ratio']}; bands: {r['bands']}")
     rows = {m: {k: v["all"][k] for k in METRICS} for m, v in r["summary"].items()}
     print(pd.DataFrame(rows).T.round(4).to_string())
+    if "cell_eval" in r:
+        print(f"cell-eval ({r['cell_eval']['seconds']:.0f} s):")
+        print(pd.DataFrame(r["cell_eval"]["mean"]).T.reindex(columns=CELL_EVAL_HEADLINE).round(4).to_string())
     if "speed" in r:
         print(pd.DataFrame(r["speed"]["rows"]).round(4).to_string())
 
@@ -385,6 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fresh", action="store_true", help="write this run's cases alone, not merged into --output")
     p.add_argument("--set", nargs="*", default=[], help="config overrides for every case, e.g. --set "
                    "--model.flow.prior_dropout 0 (after --set, as in `sciml fit`)")
+    p.add_argument("--no-cell-eval", action="store_true", help="leave out cell-eval's metrics")
     p.add_argument("--work", default="benchmarks/runs/perturbation")
     p.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "perturbation.json"))
     args, extra = p.parse_known_args(argv)
@@ -408,11 +451,16 @@ def main(argv: list[str] | None = None) -> int:
     alpha = float(cfgs["grn"]["calibration"]["alpha"])
     results = {"threads": args.threads, "torch": torch.__version__, "alpha": alpha,
                "epochs": {k: c["trainer"]["max_epochs"] for k, c in cfgs.items()}, "grn": [], "real": [], "notes": []}
+    cell_eval = not args.no_cell_eval and cell_eval_available()
+    if not cell_eval:
+        results["notes"].append("cell-eval metrics left out: " + ("--no-cell-eval" if args.no_cell_eval else
+                                "cell-eval not installed (pip install 'sciml[eval]')"))
     if not args.no_sim:
         for setting in args.settings:
             for seed in args.seeds:
                 speed = args.speed and not results["grn"]
-                results["grn"].append(grn_case(setting, seed, cfgs["grn"], work, args.n_cells, alpha, speed))
+                results["grn"].append(grn_case(setting, seed, cfgs["grn"], work, args.n_cells, alpha, speed,
+                                               cell_eval))
                 print_case(results["grn"][-1])
     if not args.no_real:
         for case in args.real:
@@ -423,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             cfg["data"]["split"] |= split
             results["real"].append(run_case(case, cfg, work / case, args.n_cells, float(cfg["calibration"]["alpha"]),
-                                            None))
+                                            None, cell_eval=cell_eval))
             print_case(results["real"][-1])
     results["done_when"] = done_when(results)  # this run's cases; the file's is recomputed over all of its cases
     print(f"\ndone when: {json.dumps(results['done_when'], indent=1, default=float)}")

@@ -72,3 +72,27 @@ def test_cell_eval_scores_the_counts_layer(scored):
     _, mean = _score(counts, real_counts, tmp / "counts")
     assert all(np.isfinite(mean[m]) for m in METRICS), mean
     assert mean["pearson_delta"] > 0.9
+
+
+def test_score_split_ranks_the_additive_baseline_above_no_change(tmp_path):
+    """The benchmark's scoring (:func:`sciml.perturbation.celleval.score_split`) of baselines on held-out doubles."""
+    from sciml.perturbation.baselines.simple import fit_baselines
+    from sciml.perturbation.celleval import score_split
+    from sciml.perturbation.data.anndata_io import write_h5ad
+    from sciml.perturbation.data.datamodule import PerturbationDataModule
+    from sciml.perturbation.metrics import baseline_predictions
+    from sciml.perturbation.sim.simulate import simulate
+
+    sim = dict(seed=0, n_genes=30, n_masters=4, n_regulators=10, n_singles=8, n_doubles=12, cells_per_condition=60,
+               control_cells=200)
+    dm = PerturbationDataModule(str(write_h5ad(simulate(sim), tmp_path / "sim.h5ad")),
+                                split={"kind": "combo_seen2", "seed": 0})
+    dm.setup()
+    scores = {name: score_split(baseline_predictions(model, dm, "test", 60, 0), dm, "test", max_control_cells=150)
+              for name, model in fit_baselines(dm, ("no_change", "additive")).items()}
+    labels = sorted(row["perturbation"] for row in scores["additive"]["per_condition"])
+    assert labels == sorted(dm.conditions["test"])
+    add, none = scores["additive"]["mean"], scores["no_change"]["mean"]
+    assert all(np.isfinite(add[m]) for m in METRICS), add
+    assert add["pearson_delta"] > none["pearson_delta"] and add["mae"] < none["mae"]
+    assert add["overlap_at_N"] > none["overlap_at_N"] == 0.0  # no change: no DE gene
