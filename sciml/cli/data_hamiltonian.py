@@ -53,9 +53,16 @@ def add_parser(sub, name: str) -> None:
                    "level 1; several times cheaper); the model must be trained on the H0 it predicts from")
     p.add_argument("--conv-tol", type=float, default=1e-10, help="SCF energy tolerance, Hartree")
     p.add_argument("--grid-level", type=int, default=3, help="molecules: DFT grid level of the SCF (default 3, "
-                   "the reference; lower is cheaper and less exact)")
+                   "the reference; lower is cheaper and allowed only where its H error was measured within 10 µHa: "
+                   "sciml.hamiltonian.data.cheap)")
     p.add_argument("--density-fit", action="store_true", help="molecules: density-fitted SCF (cheaper, not the "
-                   "reference settings)")
+                   "reference settings; allowed where measured within 10 µHa)")
+    p.add_argument("--final-build", action="store_true", help="molecules, with cheap settings: store the "
+                   "reference-settings Fock matrix of the cheap SCF's density (one exact build)")
+    p.add_argument("--seed-model", default=None, help="--source qm9: start each SCF from the density of this "
+                   "molecule model's predicted H (name or folder, same basis) instead of the minao guess")
+    p.add_argument("--retry-failed", action="store_true", help="--source qm9: compute again the molecules a "
+                   "previous run listed in failed.json")
     p.add_argument("--device", choices=["auto", "cpu", "gpu"], default="auto", help="molecules: run the SCF with "
                    "gpu4pyscf when it imports and CUDA sees a GPU (auto), or force cpu/gpu")
     p.add_argument("--format", choices=["npz", "deeph", "both"], default=None,
@@ -85,11 +92,14 @@ def run(args, overrides: list[str]) -> int:
 
     scf_device(args.device)  # --device gpu without a GPU fails here, before any work
     settings = SCFSettings(xc=args.xc, basis=args.basis or "def2-svp", conv_tol=args.conv_tol, threads=args.threads,
-                           h0=args.h0, grid_level=args.grid_level, density_fit=args.density_fit, device=args.device)
+                           h0=args.h0, grid_level=args.grid_level, density_fit=args.density_fit, device=args.device,
+                           final_build=args.final_build)
     if args.source == "qm9":
         return _run_qm9(args, settings)
     if args.indices or args.max_heavy_atoms is not None or args.shard != "0/1":
         raise ValueError("--indices, --max-heavy-atoms and --shard select QM9 molecules; use them with --source qm9")
+    if args.seed_model or args.retry_failed:
+        raise ValueError("--seed-model and --retry-failed apply to --source qm9")
     jobs = _molecule_jobs(args)
     fmt = args.format or "npz"
     formats = ("npz", "deeph") if fmt == "both" else (fmt,)
@@ -101,18 +111,29 @@ def run(args, overrides: list[str]) -> int:
 
 
 def _run_qm9(args, settings) -> int:
+    from sciml.hamiltonian.data.cheap import check_cheap
     from sciml.hamiltonian.data.gen_qm9 import generate_qm9_shard, shard_folder
     from sciml.hamiltonian.data.qm9 import parse_indices, parse_shard, qm9_molecules, select_indices, shard_indices
 
+    check_cheap(settings)  # before reading QM9 or loading a model
     i, k = parse_shard(args.shard)
+    guess = None
+    if args.seed_model:
+        from sciml.hamiltonian.seed import ModelGuess
+
+        guess = ModelGuess(args.seed_model, settings.basis)
     indices = parse_indices(args.indices) if args.indices else None
     selected = select_indices(args.n, args.seed, indices, args.max_heavy_atoms)
     mine = shard_indices(selected, i, k)
     drawn = {"indices": args.indices} if indices else {"n": args.n, "seed": args.seed}
     selection = {**drawn, "max_heavy_atoms": args.max_heavy_atoms, "n_selected": len(selected), "shard": [i, k]}
+    if args.seed_model:
+        selection["seed_model"] = args.seed_model
     res = generate_qm9_shard(qm9_molecules(mine), settings, shard_folder(args.out, i, k), args.workers,
-                             progress=not args.no_progress, selection=selection)
-    print(f"qm9 shard {i}/{k}: {res['computed']} computed, {res['skipped']} already done (skipped); "
+                             progress=not args.no_progress, selection=selection, guess=guess,
+                             retry_failed=args.retry_failed)
+    failed = f", {res['failed']} failed (listed in {res['failed_file']})" if res["failed"] else ""
+    print(f"qm9 shard {i}/{k}: {res['computed']} computed, {res['skipped']} already done (skipped){failed}; "
           f"wrote {res['folder']} and {res['manifest']}", file=sys.stderr)
     return 0
 

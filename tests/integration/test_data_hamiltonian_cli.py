@@ -47,11 +47,11 @@ def test_interrupted_run_leaves_only_complete_parts(tmp_path, monkeypatch):
     real = generate.run_molecule_scf
     calls = {"n": 0}
 
-    def flaky(numbers, positions, settings):
+    def flaky(numbers, positions, settings, **kw):
         calls["n"] += 1
         if calls["n"] == 2:
             raise KeyboardInterrupt  # killed during the second conformer
-        return real(numbers, positions, settings)
+        return real(numbers, positions, settings, **kw)
 
     monkeypatch.setattr(generate, "run_molecule_scf", flaky)
     assert main(["data", "hamiltonian", "--molecule", "water", "--n", "2", "--out", str(out), *TINY]) == 130

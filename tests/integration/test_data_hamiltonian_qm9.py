@@ -1,9 +1,12 @@
-"""``sciml data hamiltonian --source qm9``: a tiny CPU shard (CH4, NH3, H2O), checksums, sharding, resume, bad input."""
+"""``sciml data hamiltonian --source qm9``: a tiny CPU shard (CH4, NH3, H2O): compressed checksummed files, card,
+failed molecules, sharding, resume after a kill, cheap settings, seeding from a model, bad input."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
+import zipfile
 
 import numpy as np
 import pytest
@@ -25,11 +28,11 @@ def test_tiny_shard_is_checksummed_and_resumes_after_a_kill(tmp_path, capsys, mo
     out = tmp_path / "qm9"
     real, calls = generate.run_molecule_scf, {"n": 0}
 
-    def killed_on_second(numbers, positions, settings):
+    def killed_on_second(numbers, positions, settings, **kw):
         calls["n"] += 1
         if calls["n"] == 2:
             raise KeyboardInterrupt  # the run is killed during its second molecule
-        return real(numbers, positions, settings)
+        return real(numbers, positions, settings, **kw)
 
     monkeypatch.setattr(generate, "run_molecule_scf", killed_on_second)
     assert main(["data", "hamiltonian", *CPU, "--indices", "1-3", "--out", str(out)]) == 130
@@ -47,6 +50,16 @@ def test_tiny_shard_is_checksummed_and_resumes_after_a_kill(tmp_path, capsys, mo
     assert manifest["settings"]["basis"] == "def2-svp" and manifest["settings"]["xc"] == "pbe"
     assert manifest["settings"]["density_fit"] is False and manifest["settings"]["grid_level"] == 3
     assert verify_manifest(out) == []
+    lines = "".join(f"{m['sha256']}  {m['file']}\n" for m in manifest["molecules"])
+    assert manifest["data_sha256"] == hashlib.sha256(lines.encode()).hexdigest() and manifest["n_failed"] == 0
+    assert all(m["scf_guess"] == "minao" and m["scf_cycles"] > 0 for m in manifest["molecules"])
+    with zipfile.ZipFile(out / "qm9_000003.npz") as z:  # compact: zlib-compressed members, float64 kept
+        assert {i.compress_type for i in z.infolist()} == {zipfile.ZIP_DEFLATED}
+    assert json.loads((out / "failed.json").read_text()) == {"n_failed": 0, "molecules": []}
+    card = (out / "README.md").read_text()
+    for words in ("PBE / def2-svp", "3 computed (C, H, N, O; 3–5 atoms), 0 failed", "QM9 indices**: 1-3",
+                  manifest["data_sha256"], "the reference settings"):
+        assert words in card
     structures, layout = read_npz(out / "qm9_000003.npz")
     assert structures[0].numbers.tolist() == [8, 1, 1] and structures[0].meta["n_occupied"] == 5
     h, s = (structures[0].to_dense(n, layout, order="pyscf") for n in ("H", "S"))
@@ -119,3 +132,77 @@ def test_slurm_array_template_runs_its_shard(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert "shard 1/2" in done.stdout
     assert verify_manifest(tmp_path / "q" / "shard-00001-of-00002") == []
+
+
+def test_a_failed_molecule_is_listed_and_the_shard_goes_on(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "qm9"
+    real = generate.run_molecule_scf
+
+    def water_fails(numbers, positions, settings, **kw):
+        res = real(numbers, positions, settings, **kw)
+        return {**res, "converged": False} if tuple(numbers) == (8, 1, 1) else res
+
+    monkeypatch.setattr(generate, "run_molecule_scf", water_fails)
+    args = ["data", "hamiltonian", *CPU, "--indices", "1-3", "--basis", "sto-3g", "--out", str(out)]
+    assert main(args) == 0
+    assert "2 computed, 0 already done (skipped), 1 failed (listed in" in capsys.readouterr().err
+    failed = json.loads((out / "failed.json").read_text())
+    assert failed["n_failed"] == 1 and failed["molecules"][0]["index"] == 3
+    assert "SCF did not converge" in failed["molecules"][0]["reason"] and failed["molecules"][0]["formula"] == "H2O"
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [m["index"] for m in manifest["molecules"]] == [1, 2] and manifest["n_failed"] == 1
+    assert "2 computed" in (out / "README.md").read_text() and "1 failed" in (out / "README.md").read_text()
+    assert main(args) == 0  # a rerun does not spend another SCF on the failure
+    assert "0 computed, 3 already done (skipped), 1 failed" in capsys.readouterr().err
+    monkeypatch.setattr(generate, "run_molecule_scf", real)
+    assert main([*args, "--retry-failed"]) == 0
+    assert "1 computed, 2 already done (skipped);" in capsys.readouterr().err
+    assert json.loads((out / "failed.json").read_text())["n_failed"] == 0 and verify_manifest(out) == []
+
+
+def test_cheap_settings_only_where_measured(tmp_path, capsys):
+    from sciml.hamiltonian.data.cheap import MEASURED
+
+    passing = [m for m in MEASURED["pbe", "def2-svp"] if m.passes]
+    assert passing, "no measured cheap setting passes"
+    for flags, message in ((["--grid-level", "0"], "'--grid-level 0' at pbe/def2-svp has no measured H error"),
+                           (["--density-fit", "--basis", "sto-3g"], "at pbe/sto-3g has no measured H error")):
+        assert main(["data", "hamiltonian", *CPU, "--indices", "3", *flags, "--out", str(tmp_path / "c")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "c").exists()
+    cheap = next(m for m in passing if m.density_fit and m.grid_level == 1 and not m.final_build)
+    out = tmp_path / "cheap"
+    assert main(["data", "hamiltonian", *CPU, "--indices", "3", *cheap.describe().split(), "--out", str(out)]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["settings"]["density_fit"] and manifest["settings"]["grid_level"] == 1
+    assert manifest["settings"]["measured_error"]["h_mae_uha"] == cheap.h_mae_uha <= 10
+    assert "cheap, measured against the reference" in (out / "README.md").read_text()
+
+
+def test_scf_seeded_from_a_model_prediction(tmp_path, capsys):
+    out = tmp_path / "seeded"
+    assert main(["data", "hamiltonian", *CPU, "--indices", "3", "--seed-model", "organic-pbe-def2svp",
+                 "--out", str(out)]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["molecules"][0]["scf_guess"] == "model" and manifest["selection"]["seed_model"]
+    seeded = read_npz(out / "qm9_000003.npz")[0][0]
+    plain = generate.run_molecule_scf((8, 1, 1), np.asarray(qm9.qm9_molecules([3])[0].positions),
+                                      generate.SCFSettings(device="cpu"))
+    h = seeded.to_dense("H", read_npz(out / "qm9_000003.npz")[1], order="pyscf")
+    assert np.abs(h - plain["mats"]["H"]).max() < 1e-5  # same converged H from either start
+    capsys.readouterr()
+    assert main(["data", "hamiltonian", *CPU, "--indices", "3", "--basis", "sto-3g", "--seed-model",
+                 "organic-pbe-def2svp", "--out", str(tmp_path / "b")]) == 2
+    assert "trained in basis def2-svp, the SCF uses sto-3g" in capsys.readouterr().err
+
+
+def test_cpu_path_without_cuda(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "cupy", None)  # as on a machine without CUDA: importing cupy fails
+    assert generate.scf_device("auto") == "cpu" and generate.scf_device("cpu") == "cpu"
+    dft, scf = generate.scf_modules("cpu")
+    assert dft.__name__ == "pyscf.dft" and scf.__name__ == "pyscf.scf"
+    with pytest.raises(RuntimeError, match="--device gpu needs gpu4pyscf and a CUDA GPU"):
+        generate.scf_device("gpu")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -19,19 +19,24 @@ from sciml.core.io.atomic import atomic_write_text
 from sciml.hamiltonian.scf.h0 import import_pyscf
 
 __all__ = ["MoleculeJob", "SCFSettings", "check_settings", "compute_molecule_npz", "generate_molecules",
-           "run_molecule_scf", "run_pool"]
+           "run_molecule_scf", "run_pool", "scf_device", "scf_modules"]
 
 
 #: DFT grid level of H0's "full" build, the level prediction uses; ``SCFSettings.grid_level`` is the SCF's alone
 H0_GRID_LEVEL = 3
+#: DFT grid level of the reference settings (a lower ``SCFSettings.grid_level`` is a cheap setting)
+REFERENCE_GRID_LEVEL = 3
 
 
 @dataclass(frozen=True)
 class SCFSettings:
     """Level of theory: ``xc`` (``"hf"`` for Hartree-Fock), ``basis``, energy tolerance, DFT grid level.
 
-    ``density_fit`` runs the SCF with density-fitted Coulomb/exchange (cheaper, not the reference); ``device``
-    (``"auto"``, ``"cpu"``, ``"gpu"``) picks gpu4pyscf when it imports and CUDA is present (:func:`scf_device`).
+    ``density_fit`` runs the SCF with density-fitted Coulomb/exchange and ``grid_level`` below 3 on a coarser XC
+    grid: cheaper, not the reference; :func:`sciml.hamiltonian.data.cheap.check_cheap` allows only the combinations
+    whose measured H error is within 10 µHa. ``final_build`` stores the reference-settings Fock matrix of the
+    cheap SCF's converged density (one exact build) instead of the cheap one. ``device`` (``"auto"``, ``"cpu"``,
+    ``"gpu"``) picks gpu4pyscf when it imports and CUDA is present (:func:`scf_device`).
     """
 
     xc: str = "pbe"
@@ -43,6 +48,7 @@ class SCFSettings:
     h0: str = "full"  # how H0 is built: "full" or "fast" (sciml.hamiltonian.scf.h0)
     density_fit: bool = False
     device: str = "auto"
+    final_build: bool = False
 
 
 @dataclass(frozen=True)
@@ -55,19 +61,23 @@ class MoleculeJob:
     positions: tuple[tuple[float, float, float], ...]
 
 
-def run_molecule_scf(numbers, positions, settings: SCFSettings) -> dict:
+def run_molecule_scf(numbers, positions, settings: SCFSettings, dm0: np.ndarray | None = None) -> dict:
     """Restricted KS (or HF) SCF of one closed-shell molecule (positions in Å).
+
+    ``dm0`` (n_ao, n_ao), pyscf order: the SCF's starting density instead of pyscf's ``minao`` guess (e.g. from a
+    model's predicted H, :mod:`sciml.hamiltonian.seed`).
 
     Returns
     -------
     dict
         ``mats`` {"H", "H0", "S"} (n_ao, n_ao) pyscf order, Hartree; ``ao_labels``; ``energy`` (Hartree);
-        ``n_occupied``; ``scf_seconds`` (wall time of the SCF, ``threads`` threads); ``converged``; ``device``
-        (``"cpu"`` or ``"gpu"``, where the SCF ran; H0 and S are always built on the CPU).
+        ``n_occupied``; ``scf_seconds`` (wall time of the SCF and the final build, ``threads`` threads);
+        ``scf_cycles``; ``converged``; ``device`` (``"cpu"`` or ``"gpu"``, where the SCF ran; H0 and S are always
+        built on the CPU).
 
     """
     import_pyscf()
-    from pyscf import dft, gto, lib, scf
+    from pyscf import gto, lib
 
     lib.num_threads(settings.threads)
     mol = gto.M(atom=[(int(z), tuple(p)) for z, p in zip(numbers, positions, strict=True)], basis=settings.basis,
@@ -75,8 +85,26 @@ def run_molecule_scf(numbers, positions, settings: SCFSettings) -> dict:
     if mol.nelectron % 2:
         raise ValueError(f"molecule with {mol.nelectron} electrons is open-shell; only closed shells are supported")
     device = scf_device(settings.device)
-    if device == "gpu":
-        from gpu4pyscf import dft, scf
+    mf = _mean_field(mol, settings, device)
+    start = time.perf_counter()
+    mf.kernel(dm0=dm0)
+    fock = _host(mf.get_fock())
+    if settings.final_build and (settings.density_fit or settings.grid_level != REFERENCE_GRID_LEVEL):
+        exact = _mean_field(mol, replace(settings, density_fit=False, grid_level=REFERENCE_GRID_LEVEL), device)
+        fock = _host(exact.get_fock(dm=mf.make_rdm1()))
+    seconds = time.perf_counter() - start
+    from sciml.hamiltonian.scf.h0 import zeroth_step_matrices
+
+    # H0 on the reference grid whatever the SCF's: prediction builds it there (sciml.hamiltonian.scf.molecule)
+    mats = {"H": fock, **zeroth_step_matrices(mol, settings.xc, H0_GRID_LEVEL, settings.h0)}
+    return {"mats": mats, "ao_labels": mol.ao_labels(), "energy": float(mf.e_tot), "n_occupied": mol.nelectron // 2,
+            "scf_seconds": seconds, "scf_cycles": int(getattr(mf, "cycles", -1)), "converged": bool(mf.converged),
+            "device": device}
+
+
+def _mean_field(mol, settings: SCFSettings, device: str):
+    """The pyscf (or gpu4pyscf) RKS/RHF object of ``settings``, not yet run."""
+    dft, scf = scf_modules(device)
     if settings.xc.lower() in ("hf", "rhf"):
         mf = scf.RHF(mol)
     else:
@@ -86,17 +114,21 @@ def run_molecule_scf(numbers, positions, settings: SCFSettings) -> dict:
     if settings.density_fit:
         mf = mf.density_fit()
     mf.conv_tol, mf.max_cycle, mf.verbose = settings.conv_tol, settings.max_cycle, 0
-    start = time.perf_counter()
-    mf.kernel()
-    seconds = time.perf_counter() - start
-    from sciml.hamiltonian.scf.h0 import zeroth_step_matrices
+    return mf
 
-    fock = mf.get_fock()
-    fock = np.asarray(fock.get() if device == "gpu" else fock)  # gpu4pyscf returns a cupy array
-    # H0 on the reference grid whatever the SCF's: prediction builds it there (sciml.hamiltonian.scf.molecule)
-    mats = {"H": fock, **zeroth_step_matrices(mol, settings.xc, H0_GRID_LEVEL, settings.h0)}
-    return {"mats": mats, "ao_labels": mol.ao_labels(), "energy": float(mf.e_tot), "n_occupied": mol.nelectron // 2,
-            "scf_seconds": seconds, "converged": bool(mf.converged), "device": device}
+
+def _host(matrix) -> np.ndarray:
+    """A numpy array of a pyscf (numpy) or gpu4pyscf (cupy) matrix."""
+    return np.asarray(matrix.get() if hasattr(matrix, "get") else matrix)
+
+
+def scf_modules(device: str):
+    """The ``(dft, scf)`` modules of ``device``: gpu4pyscf's for ``"gpu"``, pyscf's for ``"cpu"`` (the GPU path)."""
+    if device == "gpu":
+        from gpu4pyscf import dft, scf
+    else:
+        from pyscf import dft, scf
+    return dft, scf
 
 
 def scf_device(device: str = "auto") -> str:
@@ -152,28 +184,39 @@ def run_job(job: MoleculeJob, settings: SCFSettings, out: str, formats: tuple[st
     return res["scf_seconds"]
 
 
-def molecule_result(job: MoleculeJob, settings: SCFSettings) -> tuple[dict, dict]:
-    """SCF of one job (:func:`run_molecule_scf`) and the metadata stored with it; RuntimeError if unconverged."""
-    res = run_molecule_scf(job.numbers, np.asarray(job.positions), settings)
+def molecule_result(job: MoleculeJob, settings: SCFSettings, guess=None) -> tuple[dict, dict]:
+    """SCF of one job (:func:`run_molecule_scf`) and the metadata stored with it; RuntimeError if unconverged.
+
+    ``guess`` (optional) maps ``(numbers, positions)`` to a starting density (pyscf order) or None (pyscf's
+    ``minao`` guess); ``meta["guess"]`` says which one the SCF started from.
+    """
+    dm0 = guess(job.numbers, np.asarray(job.positions)) if guess is not None else None
+    res = run_molecule_scf(job.numbers, np.asarray(job.positions), settings, dm0=dm0)
     if not res["converged"]:
         raise RuntimeError(f"{job.name} conformer {job.index}: SCF did not converge in {settings.max_cycle} cycles")
     meta = {"energy": res["energy"], "n_occupied": res["n_occupied"], "scf_seconds": res["scf_seconds"],
-            "basis": settings.basis, "xc": settings.xc, "index": job.index, "name": job.name, "h0": settings.h0}
+            "basis": settings.basis, "xc": settings.xc, "index": job.index, "name": job.name, "h0": settings.h0,
+            "scf_cycles": res["scf_cycles"], "guess": "minao" if dm0 is None else "model"}
     return res, meta
 
 
-def write_molecule_npz(path: str | Path, job: MoleculeJob, res: dict, meta: dict) -> Path:
-    """One conformer's H, H0, S (pyscf order, Hartree) in the shared npz format, written atomically."""
+def write_molecule_npz(path: str | Path, job: MoleculeJob, res: dict, meta: dict, compact: bool = False) -> Path:
+    """One conformer's H, H0, S (pyscf order, Hartree) in the shared npz format, written atomically.
+
+    ``compact``: zlib-compressed (lossless; :func:`sciml.hamiltonian.data.npz.write_arrays`).
+    """
     from sciml.hamiltonian.data.npz import write_arrays
 
     mats = {k: v[None] for k, v in res["mats"].items()}
-    return write_arrays(path, job.numbers, np.asarray(job.positions)[None], mats, res["ao_labels"], meta)
+    return write_arrays(path, job.numbers, np.asarray(job.positions)[None], mats, res["ao_labels"], meta,
+                        compress=compact)
 
 
-def compute_molecule_npz(path: str | Path, job: MoleculeJob, settings: SCFSettings) -> dict:
+def compute_molecule_npz(path: str | Path, job: MoleculeJob, settings: SCFSettings, guess=None,
+                         compact: bool = False) -> dict:
     """SCF of one job written to ``path`` as a one-conformer npz (atomically); returns its metadata."""
-    res, meta = molecule_result(job, settings)
-    write_molecule_npz(path, job, res, meta)
+    res, meta = molecule_result(job, settings, guess)
+    write_molecule_npz(path, job, res, meta, compact)
     return {**meta, "device": res.get("device", "cpu")}
 
 
@@ -183,8 +226,9 @@ def check_settings(out: Path, name: str, settings) -> None:
     mine = json.loads(json.dumps(asdict(settings)))
     mine.pop("threads", None)
     mine.pop("device", None)  # where the SCF ran, not the level of theory (recorded per molecule instead)
-    if not mine.get("density_fit", True):
-        mine.pop("density_fit")
+    for key in ("density_fit", "final_build"):  # off by default: folders without the field resume
+        if not mine.get(key, True):
+            mine.pop(key)
     if mine.get("h0") == "full":  # the default: folders without the field resume
         mine.pop("h0")
     if path.is_file():
@@ -202,8 +246,10 @@ def generate_molecules(jobs: list[MoleculeJob], settings: SCFSettings, out: str 
 
     Returns ``{"computed": int, "skipped": int, "files": [paths]}``.
     """
+    from sciml.hamiltonian.data.cheap import check_cheap
     from sciml.hamiltonian.data.npz import merge_npz
 
+    check_cheap(settings)
     import_pyscf()
     out = Path(out)
     for name in sorted({j.name for j in jobs}):
@@ -220,23 +266,28 @@ def generate_molecules(jobs: list[MoleculeJob], settings: SCFSettings, out: str 
     return {"computed": len(todo), "skipped": len(jobs) - len(todo), "files": [str(f) for f in files]}
 
 
-def run_pool(func, items: list, extra: tuple, workers: int, progress: bool, desc: str = "pyscf SCF") -> None:
-    """Call ``func(item, *extra)`` for every item, in ``workers`` spawned processes, with a progress bar."""
+def run_pool(func, items: list, extra: tuple, workers: int, progress: bool, desc: str = "pyscf SCF") -> list:
+    """``[func(item, *extra) for item in items]`` in ``workers`` spawned processes, with a progress bar.
+
+    Returns the results in completion order (item order with one worker).
+    """
     from tqdm.auto import tqdm
 
     bar = tqdm(total=len(items), desc=desc, unit="job", disable=not progress)
+    out = []
     try:
         if workers <= 1:
             for item in items:
-                func(item, *extra)
+                out.append(func(item, *extra))
                 bar.update()
-            return
+            return out
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
         with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
             for fut in as_completed([pool.submit(func, item, *extra) for item in items]):
-                fut.result()
+                out.append(fut.result())
                 bar.update()
+        return out
     finally:
         bar.close()

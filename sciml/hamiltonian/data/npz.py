@@ -148,11 +148,13 @@ def write_npz(path: str | Path, structures: list[HamiltonianStructure], layout: 
 
 
 def write_arrays(path: str | Path, numbers, positions: np.ndarray, mats: dict[str, np.ndarray], ao_labels,
-                 meta: dict) -> Path:
+                 meta: dict, compress: bool = False) -> Path:
     """Write raw arrays in the shared format, atomically (matrices already in pyscf order, Hartree).
 
     ``positions`` (n_conf, n_atoms, 3) Å; ``mats`` name -> (n_conf, n_ao, n_ao); ``meta`` with ``energy`` and
-    ``scf_seconds`` (scalar or (n_conf,)), ``n_occupied``, ``basis``, ``xc``.
+    ``scf_seconds`` (scalar or (n_conf,)), ``n_occupied``, ``basis``, ``xc``, optionally ``scf_cycles`` and
+    ``guess`` (the SCF's starting density: ``"minao"`` or ``"model"``). ``compress``: a zlib-compressed archive
+    (``np.savez_compressed``; lossless, read the same way).
     """
     n_conf = len(positions)
     arrays = {"atomic_numbers": np.asarray(numbers, dtype=np.int64),
@@ -165,16 +167,21 @@ def write_arrays(path: str | Path, numbers, positions: np.ndarray, mats: dict[st
     for key in ("basis", "xc"):
         if key in meta:
             arrays[key] = np.asarray(str(meta[key]))
+    if "scf_cycles" in meta:
+        arrays["scf_cycles"] = np.broadcast_to(np.asarray(meta["scf_cycles"], dtype=np.int64), (n_conf,)).copy()
+    if "guess" in meta:
+        arrays["scf_guess"] = np.broadcast_to(np.asarray(str(meta["guess"])), (n_conf,)).copy()
     if meta.get("h0", "full") != "full":
         arrays["h0_method"] = np.asarray(str(meta["h0"]))
     arrays["units"] = np.asarray(_UNITS)
     path = Path(path)
     with atomic_open(path, "wb") as handle:
-        np.savez(handle, **arrays)
+        (np.savez_compressed if compress else np.savez)(handle, **arrays)
     return path
 
 
-_PER_CONFORMER = ("positions_angstrom", "hamiltonian", "hamiltonian_0", "overlap", "energy_hartree", "scf_seconds")
+_PER_CONFORMER = ("positions_angstrom", "hamiltonian", "hamiltonian_0", "overlap", "energy_hartree", "scf_seconds",
+                  "scf_cycles", "scf_guess")
 
 
 def merge_npz(paths: list[str | Path], out: str | Path) -> Path:
@@ -189,8 +196,10 @@ def merge_npz(paths: list[str | Path], out: str | Path) -> Path:
                 raise ValueError(f"{p}: {key} differs from {paths[0]}; cannot merge different molecules or bases")
     merged = dict(first)
     for key in _PER_CONFORMER:
-        if key in first:
+        if all(key in d for d in parts):
             merged[key] = np.concatenate([d[key] for d in parts])
+        else:  # e.g. scf_cycles, absent from parts written before it was recorded
+            merged.pop(key, None)
     path = Path(out)
     with atomic_open(path, "wb") as handle:
         np.savez(handle, **merged)

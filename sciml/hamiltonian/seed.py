@@ -1,0 +1,78 @@
+"""An SCF's starting density from a model's predicted Hamiltonian (``sciml data hamiltonian --seed-model PATH``).
+
+The model predicts ``H`` from the molecule's ``H0`` and ``S`` (built its own way,
+:mod:`sciml.hamiltonian.scf.molecule`); the starting density is the closed-shell density of that ``H``: solve
+``H C = S C ε`` and fill the ``n_occ`` lowest orbitals, ``D = 2 C_occ C_occᵀ`` (pyscf AO order). A molecule with an
+element the model never saw starts from pyscf's ``minao`` guess instead. The data engine receives a
+:class:`ModelGuess` as a plain callable, so ``sciml.hamiltonian.data`` does not import prediction.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["ModelGuess", "density_of"]
+
+
+def density_of(h: np.ndarray, s: np.ndarray, n_occupied: int) -> np.ndarray:
+    """Closed-shell density ``D = 2 C_occ C_occᵀ`` of ``H C = S C ε`` (``(n_ao, n_ao)``, any consistent AO order)."""
+    from scipy.linalg import eigh
+
+    _, c = eigh(h, s)
+    occ = c[:, :n_occupied]
+    return 2.0 * occ @ occ.T
+
+
+class ModelGuess:
+    """``guess(numbers, positions)`` -> starting density (pyscf order) from a molecule model's prediction, or None.
+
+    Parameters
+    ----------
+    path : str or Path
+        A Hamiltonian model folder or shipped name (:func:`sciml.hamiltonian.artifact.load_model`).
+    basis : str
+        The SCF's basis; a model trained in another basis is refused here (one-line ValueError).
+
+    The model loads lazily, once per process (instances are pickled to worker processes by path).
+
+    """
+
+    def __init__(self, path: str | Path, basis: str):
+        self.path, self.basis = str(path), basis
+        self._predictor = None
+        predictor = self.predictor
+        if predictor.periodic:
+            raise ValueError(f"--seed-model {path}: a crystal model; seeding needs a molecule model")
+        if predictor.basis.lower() != basis.lower():
+            raise ValueError(f"--seed-model {path} was trained in basis {predictor.basis}, the SCF uses {basis}; "
+                             "give a model of the same basis")
+
+    def __getstate__(self) -> dict:
+        return {"path": self.path, "basis": self.basis}
+
+    def __setstate__(self, state: dict) -> None:
+        self.path, self.basis, self._predictor = state["path"], state["basis"], None
+
+    @property
+    def predictor(self):
+        """The loaded model (:class:`~sciml.hamiltonian.artifact.HamiltonianPredictor`)."""
+        if self._predictor is None:
+            from sciml.hamiltonian.artifact import load_model
+
+            self._predictor = load_model(self.path)
+        return self._predictor
+
+    def __call__(self, numbers, positions) -> np.ndarray | None:
+        """Starting density of one molecule (``numbers`` (n,), ``positions`` (n, 3) Å); None outside the model."""
+        from sciml.hamiltonian.predict import molecule_structure, predict_structures
+        from sciml.hamiltonian.scf.molecule import zeroth_step
+
+        p = self.predictor
+        if set(int(z) for z in numbers) - set(p.layout.elements()):
+            return None
+        step = zeroth_step(numbers, positions, p.basis, p.xc, p.layout, "seed", h0=p.h0)
+        structure = molecule_structure(numbers, np.asarray(positions, dtype=np.float64), step, p.layout, "seed")
+        h = p.layout.to_pyscf(predict_structures([structure], p, alpha=None)[0].hamiltonian, numbers)
+        return density_of(h, step.overlap, step.n_occupied)
