@@ -211,14 +211,15 @@ def predictor_data(path: Path) -> dict:
 
 def coverage_report(predictor, dm, run: dict, y: np.ndarray, zero_inflated: bool) -> dict:
     """Test coverage of the shipped calibrator per group, beside plain split conformal on the same calib split."""
-    from sciml.uq.groups import predict_interval
+    from sciml.uq.groups import hurdle_members, predict_interval
 
     labels = group_labels(dm)
     mean = torch.as_tensor(run["mean"])
+    structures = [s for b in dm.test_dataloader() for s in graph_structures(b)]
     if zero_inflated:
-        interval = predictor.calibrator.predict_set(torch.as_tensor(run["p_zero"]), torch.as_tensor(run["positive"]))
+        interval = predictor.calibrator.predict_set(torch.as_tensor(run["p_zero"]), torch.as_tensor(run["positive"]),
+                                                    **hurdle_members(predictor.calibrator, structures))
     else:
-        structures = [s for b in dm.test_dataloader() for s in graph_structures(b)]
         interval = predict_interval(predictor.calibrator, mean, torch.ones_like(mean), None, structures)
     covered = ((interval.lower.numpy() <= y) & (y <= interval.upper.numpy()))
     report = {"method": predictor.calibrator.method, "overall": float(covered.mean()),

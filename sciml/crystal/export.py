@@ -27,7 +27,14 @@ from sciml.crystal.domain import CrystalDomain, fit_domain
 from sciml.crystal.module import CrystalRegressor
 from sciml.crystal.task import datamodule
 from sciml.uq import Interval, coverage, mean_width
-from sciml.uq.groups import build_calibrator, fit_calibrator, loader_structures, predict_interval
+from sciml.uq.groups import (
+    build_calibrator,
+    build_hurdle,
+    fit_calibrator,
+    hurdle_members,
+    loader_structures,
+    predict_interval,
+)
 from sciml.uq.hurdle import HurdleConformal
 
 DOMAIN_BETA = 0.05  # default flag level of exported domain tests
@@ -101,7 +108,7 @@ def export(ckpt: str | Path, state: dict, output: str | Path, cfg: dict, calibra
     metrics = {"test_mae": float((mean - y).abs().mean()), "data_sha256": data_sha256}
     calibrator = domain = None
     if calibrate and module.zero_inflated:
-        cal, zero_metrics = calibrate_hurdle(module, dm, alpha)
+        cal, zero_metrics = calibrate_hurdle(module, dm, alpha, cfg.get("calibration"))
         metrics |= zero_metrics
         calibrator = cal.to_dict()
     elif calibrate:
@@ -149,20 +156,26 @@ def collect_parts(module: CrystalRegressor, loader) -> tuple[torch.Tensor, ...]:
     return tuple(torch.cat(parts).double() for parts in zip(*out, strict=True))
 
 
-def calibrate_hurdle(module: CrystalRegressor, dm, alpha: float) -> tuple[HurdleConformal, dict]:
-    """Class-wise conformal calibration of a zero-inflated model (:mod:`sciml.uq.hurdle`) and its test metrics.
+def calibrate_hurdle(module: CrystalRegressor, dm, alpha: float, calibration: dict | None = None
+                     ) -> tuple[HurdleConformal, dict]:
+    """Class-wise (and, with ``method: conditional``, per-group) conformal calibration of a zero-inflated model.
 
-    Metrics: coverage and mean width overall, among zeros and among positives; ROC-AUC of ``p₀`` for ``y = 0``;
-    MAE overall and among positives.
+    :mod:`sciml.uq.hurdle`, :mod:`sciml.uq.hurdle_groups`. Metrics: coverage and mean width overall, among zeros
+    and among positives; ROC-AUC of ``p₀`` for ``y = 0``; MAE overall and among positives.
     """
-    cal = HurdleConformal(alpha).fit(*collect_parts(module, dm.calib_dataloader()))
+    cal = build_hurdle(calibration, alpha)
+    structures = {split: loader_structures(cal, getattr(dm, f"{split}_dataloader")(), graph_structures)
+                  for split in ("calib", "test")}
+    cal.fit(*collect_parts(module, dm.calib_dataloader()), **hurdle_members(cal, structures["calib"], fitting=True))
     p_zero, value, y = collect_parts(module, dm.test_dataloader())
-    interval, mean = cal.predict_set(p_zero, value, alpha), cal.point(p_zero, value, alpha)
+    groups = hurdle_members(cal, structures["test"])
+    interval, mean = cal.predict_set(p_zero, value, alpha, **groups), cal.point(p_zero, value, alpha, **groups)
     zero = y <= 0
     t, q = cal.thresholds(alpha)
     metrics = {"test_mae": float((mean - y).abs().mean()), "test_mae_positive": float((mean - y)[~zero].abs().mean()),
                "test_coverage": float(coverage(interval, y)), "test_width": float(mean_width(interval)),
                "alpha": alpha, "n_calib": cal.n_calib, "zero_threshold": float(t), "half_width": float(q),
+               **({"group_by": cal.group_by} if getattr(cal, "group_by", None) else {}),
                "test_roc_auc_zero": roc_auc(p_zero, zero)}
     for name, rows in (("zero", zero), ("positive", ~zero)):
         part = Interval(interval.lower[rows], interval.upper[rows])

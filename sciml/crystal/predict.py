@@ -31,7 +31,7 @@ from sciml.crystal.data.graphs import structure_to_graph
 from sciml.crystal.data.sources import iter_structures
 from sciml.crystal.shift import shift_thresholds
 from sciml.crystal.vacuum import vacuum_note
-from sciml.uq.groups import predict_interval, structure_groups
+from sciml.uq.groups import hurdle_members, predict_interval, structure_groups
 from sciml.uq.hurdle import HurdleConformal
 
 NO_GUARANTEE = "the interval carries no guarantee"
@@ -127,8 +127,9 @@ def _plain_interval(good, run: dict, predictor: CrystalPredictor, alpha):
     if predictor.calibrator is None or alpha is None:
         return nan, nan
     if isinstance(predictor.calibrator, HurdleConformal):
-        interval = predictor.calibrator.predict_set(run["p_zero"], run["positive"], alpha)
-        run["mean"] = predictor.calibrator.point(run["p_zero"], run["positive"], alpha)  # inside its interval
+        groups = hurdle_members(predictor.calibrator, [structure for _, _, structure, _, _ in good])
+        interval = predictor.calibrator.predict_set(run["p_zero"], run["positive"], alpha, **groups)
+        run["mean"] = predictor.calibrator.point(run["p_zero"], run["positive"], alpha, **groups)  # inside it
         return interval.lower, interval.upper
     interval = predict_interval(predictor.calibrator, run["mean"], run["sigma"], alpha,
                                 [structure for _, _, structure, _, _ in good])  # groups if Mondrian

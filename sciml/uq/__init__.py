@@ -28,6 +28,7 @@ from .conditional import ConditionalConformal, quantile_regression
 from .domain import DomainScore, knn_distance
 from .ellipsoid import Ellipsoid
 from .hurdle import HurdleConformal
+from .hurdle_groups import ConditionalHurdleConformal
 from .metrics import (
     coverage,
     group_coverage,
@@ -60,6 +61,7 @@ __all__ = [
     "APS",
     "CALIBRATORS",
     "ConditionalConformal",
+    "ConditionalHurdleConformal",
     "HurdleConformal",
     "quantile_regression",
     "CLASSIFICATION_SCORES",

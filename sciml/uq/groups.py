@@ -19,12 +19,14 @@ import torch
 from torch import Tensor, nn
 
 from .conditional import ConditionalConformal
+from .hurdle import HurdleConformal
+from .hurdle_groups import ConditionalHurdleConformal
 from .mondrian import MondrianConformal
 from .multigroup import MultiGroupConformal
 from .split import CALIBRATORS, SplitConformal
 
-__all__ = ["GROUP_FUNCTIONS", "build_calibrator", "fit_calibrator", "loader_structures",
-           "predict_interval", "register_group_function", "structure_groups", "structure_members"]
+__all__ = ["GROUP_FUNCTIONS", "build_calibrator", "build_hurdle", "fit_calibrator", "hurdle_members",
+           "loader_structures", "predict_interval", "register_group_function", "structure_groups", "structure_members"]
 
 GROUP_FUNCTIONS: dict[str, Callable[[Any], int]] = {}
 """Group functions by name, ``item -> int``. Model families register theirs (``sciml.crystal.calibration``)."""
@@ -67,16 +69,44 @@ def build_calibrator(cfg: Mapping[str, Any] | None, score: str, alpha: float) ->
     if method == "mondrian":
         return MondrianConformal(score=score, alpha=alpha, group_by=cfg.get("group_by", "crystal_system"))
     if method in ("multigroup", "conditional"):
-        names = cfg.get("group_by", ["crystal_system", "anion"])
-        names = names.split(",") if isinstance(names, str) else list(names)
-        unknown = [n for n in names if n not in GROUP_FUNCTIONS]
-        if unknown:
-            raise ValueError(f"unknown group function(s) {unknown}; known: {sorted(GROUP_FUNCTIONS)}")
+        names = _group_names(cfg, ["crystal_system", "anion"])
         kind = MultiGroupConformal if method == "multigroup" else ConditionalConformal
         return kind(score=score, alpha=alpha, group_by=names)
     raise ValueError(f"calibration method {method!r} is not available for models; use one of ['conditional', "
                      "'mondrian', 'multigroup', 'split'] "
                      f"(all calibrators: {sorted(CALIBRATORS)})")
+
+
+def _group_names(cfg: Mapping[str, Any], default: list[str]) -> list[str]:
+    names = cfg.get("group_by", default)
+    names = names.split(",") if isinstance(names, str) else list(names)
+    unknown = [n for n in names if n not in GROUP_FUNCTIONS]
+    if unknown:
+        raise ValueError(f"unknown group function(s) {unknown}; known: {sorted(GROUP_FUNCTIONS)}")
+    return names
+
+
+def build_hurdle(cfg: Mapping[str, Any] | None, alpha: float) -> HurdleConformal:
+    """Calibrator of a zero-inflated model: ``method: conditional`` with ``group_by`` names, else class-wise only."""
+    cfg = dict(cfg or {})
+    method = cfg.get("method", "split")
+    if method == "conditional":
+        return ConditionalHurdleConformal(alpha, _group_names(cfg, ["n_elements"]))
+    if method in ("split", "hurdle"):
+        return HurdleConformal(alpha)
+    raise ValueError(f"calibration method {method!r} is not available for zero-inflated targets; use 'split' "
+                     "(class-wise hurdle sets) or 'conditional' (per group too)")
+
+
+def hurdle_members(cal: HurdleConformal, structures: Iterable | None, fitting: bool = False) -> dict:
+    """``{"members": (n, G) bool}`` (and ``columns`` when ``fitting``) for a grouped hurdle calibrator, else ``{}``.
+
+    Spread into :meth:`~sciml.uq.hurdle_groups.ConditionalHurdleConformal.fit` or its ``predict_set`` / ``point``.
+    """
+    if getattr(cal, "group_by", None) is None:
+        return {}
+    members, columns = structure_members(cal.group_by, _need(cal, structures), None if fitting else cal.columns)
+    return {"members": members, "columns": columns} if fitting else {"members": members}
 
 
 def _need(cal: nn.Module, structures: Iterable | None) -> list:

@@ -92,20 +92,26 @@ class HurdleConformal(nn.Module):
             t, q = t_new, q_new
         return t, q
 
-    def predict_set(self, p_zero: Tensor, value: Tensor, alpha: float | None = None) -> Interval:
-        """Interval for ``m`` inputs with ``p₀`` and ``v`` ``(m,)``; bounds are never below 0."""
+    def predict_set(self, p_zero: Tensor, value: Tensor, alpha: float | None = None, members: None = None
+                    ) -> Interval:
+        """Interval for ``m`` inputs with ``p₀`` and ``v`` ``(m,)``; bounds are never below 0.
+
+        ``members`` is accepted for the interface of the grouped subclass and must be ``None`` here.
+        """
+        if members is not None:
+            raise ValueError("HurdleConformal has no groups; members must be None")
         t, q = self.thresholds(alpha)
         value = value.to(torch.float64)
         lower = torch.where(p_zero.to(torch.float64) >= t, torch.zeros_like(value), (value - q).clamp_min(0.0))
         return Interval(lower, value + q)
 
-    def point(self, p_zero: Tensor, value: Tensor, alpha: float | None = None) -> Tensor:
+    def point(self, p_zero: Tensor, value: Tensor, alpha: float | None = None, members: None = None) -> Tensor:
         """Point prediction inside the set, ``(m,)``: 0 where ``p₀ >= 1/2`` and 0 is in the set, else ``v``.
 
         The mixture's median is 0 when ``p₀ >= 1/2``; where the calibrated set leaves 0 out (``1/2 <= p₀ < t``)
         the value ``v`` is reported instead, so that a row never shows a prediction outside its own interval.
         """
-        interval = self.predict_set(p_zero, value, alpha)
+        interval = self.predict_set(p_zero, value, alpha, members)
         zero = (p_zero.to(torch.float64) >= 0.5) & (interval.lower <= 0)
         return torch.where(zero, torch.zeros_like(interval.lower), value.to(torch.float64))
 

@@ -28,7 +28,7 @@ from .scores import get_score
 from .sets import PredictionSet
 from .split import CALIBRATORS
 
-__all__ = ["MultiGroupConformal"]
+__all__ = ["MultiGroupConformal", "members_from_lists", "members_to_lists"]
 
 
 def _check_members(members: Tensor, n: int | None = None) -> Tensor:
@@ -106,24 +106,36 @@ class MultiGroupConformal(nn.Module):
         self.group_thresholds()
         return {"method": self.method, "score": self.score_name, "alpha": self.alpha, "group_by": self.group_by,
                 "columns": [list(c) for c in self.columns], "scores": [float(v) for v in self.scores.tolist()],
-                "members": [torch.nonzero(row).flatten().tolist() for row in self.members]}
+                "members": members_to_lists(self.members)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> MultiGroupConformal:
         """Rebuild from :meth:`to_dict` output; ``ValueError`` on any malformed field."""
         check_calibrator_dict(d, {"method", "score", "alpha", "group_by", "columns", "scores", "members"}, cls.method)
-        scores, cols, rows = float_list(d["scores"], "scores"), d["columns"], d["members"]
-        if not isinstance(cols, list) or not all(isinstance(c, list) and len(c) == 2 and is_int(c[1]) for c in cols):
-            raise ValueError("'columns' must be a list of [group-function name, integer value] pairs")
-        if not isinstance(rows, list) or len(rows) != len(scores):
-            raise ValueError("'members' must hold one list of group indices per score")
-        members = torch.zeros(len(scores), len(cols), dtype=torch.bool)
-        for i, row in enumerate(rows):
-            if not isinstance(row, list) or not all(is_int(j) and 0 <= j < len(cols) for j in row):
-                raise ValueError(f"'members'[{i}] must be a list of group indices in [0, {len(cols)})")
-            members[i, row] = True
-        new = cls(d["score"], d["alpha"], d["group_by"])
-        return new.fit(torch.tensor(scores, dtype=torch.float64), members, [tuple(c) for c in cols])
+        scores = float_list(d["scores"], "scores")
+        members, columns = members_from_lists(d["members"], d["columns"], len(scores))
+        return cls(d["score"], d["alpha"], d["group_by"]).fit(torch.tensor(scores, dtype=torch.float64), members,
+                                                               columns)
+
+
+def members_to_lists(members: Tensor) -> list[list[int]]:
+    """JSON form of memberships ``(n, G)`` bool: the group indices of each row."""
+    return [torch.nonzero(row).flatten().tolist() for row in members]
+
+
+def members_from_lists(rows: Any, columns: Any, n: int) -> tuple[Tensor, list[tuple[str, int]]]:
+    """Memberships ``(n, G)`` and column labels from :func:`members_to_lists` output; ``ValueError`` if malformed."""
+    if not isinstance(columns, list) or not all(
+            isinstance(c, list) and len(c) == 2 and is_int(c[1]) for c in columns):
+        raise ValueError("'columns' must be a list of [group-function name, integer value] pairs")
+    if not isinstance(rows, list) or len(rows) != n:
+        raise ValueError("'members' must hold one list of group indices per calibration point")
+    members = torch.zeros(n, len(columns), dtype=torch.bool)
+    for i, row in enumerate(rows):
+        if not isinstance(row, list) or not all(is_int(j) and 0 <= j < len(columns) for j in row):
+            raise ValueError(f"'members'[{i}] must be a list of group indices in [0, {len(columns)})")
+        members[i, row] = True
+    return members, [tuple(c) for c in columns]
 
 
 CALIBRATORS[MultiGroupConformal.method] = MultiGroupConformal

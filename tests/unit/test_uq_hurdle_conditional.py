@@ -12,7 +12,13 @@ import math
 import pytest
 import torch
 
-from sciml.uq import ConditionalConformal, HurdleConformal, MultiGroupConformal, calibrator_from_dict
+from sciml.uq import (
+    ConditionalConformal,
+    ConditionalHurdleConformal,
+    HurdleConformal,
+    MultiGroupConformal,
+    calibrator_from_dict,
+)
 
 ALPHA = 0.1
 
@@ -92,3 +98,57 @@ def test_conditional_covers_every_group_without_the_max_over_coverage():
     assert overall_multi > overall_cond + 0.01
     again = calibrator_from_dict(conditional.to_dict())
     assert torch.allclose(again.threshold(test_members[:50]), q_cond[:50])
+
+
+def _grouped_zero_inflated(n: int, gen: torch.Generator):
+    """Hurdle outputs whose gap noise and metal share depend on overlapping groupings (a: 3 values, b: 2)."""
+    p_zero, value, _ = _zero_inflated(n, gen)
+    a = torch.randint(0, 3, (n,), generator=gen)
+    b = torch.randint(0, 2, (n,), generator=gen)
+    scale = torch.tensor([0.1, 0.5, 1.5], dtype=torch.float64)[a] * torch.tensor([1.0, 2.0], dtype=torch.float64)[b]
+    zero = torch.rand(n, generator=gen, dtype=torch.float64) < p_zero
+    y = torch.where(zero, torch.zeros_like(value),
+                    (value + scale * torch.randn(n, generator=gen, dtype=torch.float64)).clamp_min(0.01))
+    return p_zero, value, y, torch.stack([a == 0, a == 1, a == 2, b == 0, b == 1], dim=1)
+
+
+def test_grouped_hurdle_covers_every_group_and_class():
+    gen = torch.Generator().manual_seed(4)
+    p_zero, value, y, members = _grouped_zero_inflated(6000, gen)
+    columns = [("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 1)]
+    grouped = ConditionalHurdleConformal(ALPHA, ["a", "b"]).fit(p_zero, value, y, members, columns)
+    plain = HurdleConformal(ALPHA).fit(p_zero, value, y)
+    tp, tv, ty, tm = _grouped_zero_inflated(20000, gen)
+    interval = grouped.predict_set(tp, tv, members=tm)
+    assert (interval.lower >= 0).all() and (interval.upper >= interval.lower).all()
+    covered = (interval.lower <= ty) & (ty <= interval.upper)
+    plain_set = plain.predict_set(tp, tv)
+    plain_covered = (plain_set.lower <= ty) & (ty <= plain_set.upper)
+    worst_plain = 0.0
+    for g in range(members.shape[1]):
+        rows, n_cal = tm[:, g], int(members[:, g].sum())
+        # each class is fitted with d <= 6 indicators: slack O(d / n_g) on top of the sampling tolerance
+        assert abs(float(covered[rows].double().mean()) - (1 - ALPHA)) < _tol(n_cal, int(rows.sum())) + 6 / n_cal
+        worst_plain = max(worst_plain, abs(float(plain_covered[rows].double().mean()) - (1 - ALPHA)))
+    assert worst_plain > 0.05  # the groups differ: one half-width for all of them misses some
+    for rows, cal_rows in ((ty <= 0, y <= 0), (ty > 0, y > 0)):
+        n_cal = int(cal_rows.sum())
+        assert abs(float(covered[rows].double().mean()) - (1 - ALPHA)) < _tol(n_cal, int(rows.sum())) + 6 / n_cal
+    point = grouped.point(tp, tv, members=tm)
+    assert ((interval.lower <= point) & (point <= interval.upper)).all()
+    again = calibrator_from_dict(grouped.to_dict())
+    assert torch.equal(again.predict_set(tp[:50], tv[:50], members=tm[:50]).upper, interval.upper[:50])
+
+
+def test_grouped_hurdle_needs_memberships():
+    gen = torch.Generator().manual_seed(5)
+    p_zero, value, y, members = _grouped_zero_inflated(300, gen)
+    with pytest.raises(ValueError, match="memberships"):
+        ConditionalHurdleConformal(ALPHA, ["a", "b"]).fit(p_zero, value, y)
+    cal = ConditionalHurdleConformal(ALPHA, ["a", "b"]).fit(p_zero, value, y, members)
+    with pytest.raises(ValueError, match="memberships"):
+        cal.predict_set(p_zero, value)
+    with pytest.raises(ValueError, match="groups"):
+        cal.predict_set(p_zero, value, members=members[:, :2])
+    with pytest.raises(ValueError, match="no groups"):
+        HurdleConformal(ALPHA).fit(p_zero, value, y).predict_set(p_zero, value, members=members)
