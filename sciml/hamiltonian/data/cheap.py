@@ -48,9 +48,17 @@ class CheapMeasurement:
         return " ".join(flags + (["--final-build"] if self.final_build else []))
 
 
-#: (xc, basis) -> the measured combinations (benchmarks/results/hamiltonian_cheap_settings.json, 6 QM9 molecules)
+#: (xc, basis) -> the measured combinations: ``benchmarks/results/hamiltonian_cheap_settings.json`` (6 QM9 molecules
+#: of 4–6 heavy atoms, one with fluorine, 10–15 atoms; density fitting with pyscf's default JK-fit basis)
 MEASURED: dict[tuple[str, str], tuple[CheapMeasurement, ...]] = {
-    ("pbe", "def2-svp"): (),
+    ("pbe", "def2-svp"): (
+        CheapMeasurement(True, 3, False, 8.72, 226.4, 154.3, 0.78),
+        CheapMeasurement(False, 2, False, 0.05, 5.0, 0.9, 0.66),
+        CheapMeasurement(False, 1, False, 1.64, 102.9, 33.2, 0.39),
+        CheapMeasurement(True, 2, False, 8.73, 226.4, 154.5, 0.74),
+        CheapMeasurement(True, 1, False, 8.93, 230.9, 187.1, 0.42),
+        CheapMeasurement(True, 1, True, 1.35, 80.4, 80.1, 0.52),
+    ),
 }
 
 
