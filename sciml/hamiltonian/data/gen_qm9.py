@@ -187,8 +187,8 @@ def dataset_card(manifest: dict, failed: list[dict]) -> str:
     seeded = sum(m.get("scf_guess") == "model" for m in mols)
     lines = [
         "# QM9 Kohn–Sham Hamiltonians (one shard)", "",
-        f"- **Source**: {manifest['source']}; QM9 (Ramakrishnan et al., Sci. Data 1, 140022, 2014), QM9 geometries "
-        "(B3LYP/6-31G(2df,p), Å).",
+        "- **Source**: QM9 (Ramakrishnan et al., Sci. Data 1, 140022, 2014) at its own geometries (B3LYP/"
+        "6-31G(2df,p), Å), read from the CSVs of the package qm9pack (MIT licence).",
         f"- **Method**: restricted Kohn–Sham {st['xc'].upper()} / {st['basis']} (pyscf), conv_tol {st['conv_tol']:g}, "
         f"XC grid level {st['grid_level']}{flags}; H0 = Fock matrix of the minao guess density "
         f"({st.get('h0', 'full')}, grid level 3); S the AO overlap.",
@@ -211,7 +211,7 @@ def dataset_card(manifest: dict, failed: list[dict]) -> str:
         "`qm9.settings.json`.",
         f"- **Checksum**: data_sha256 `{manifest['data_sha256']}` (sha256 of the lines `<sha256>  <file>` of the "
         "manifest, in order); check with `sciml.hamiltonian.data.gen_qm9.verify_manifest(folder)`.",
-        "- **Licence**: QM9 geometries via qm9pack (MIT); the computed matrices carry no further restriction.", ""]
+        ""]
     return "\n".join(lines)
 
 
