@@ -1,0 +1,35 @@
+"""``sciml.hamiltonian.seed``: the closed-shell density of an H; a model's guess as a picklable callable."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+from sciml.hamiltonian.seed import ModelGuess, density_of
+
+
+def test_density_is_idempotent_and_holds_the_electrons():
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(7, 7))
+    s = a @ a.T + 7 * np.eye(7)  # an overlap: symmetric positive definite
+    h = rng.normal(size=(7, 7))
+    h = h + h.T
+    d = density_of(h, s, 3)
+    np.testing.assert_allclose(d, d.T, atol=1e-12)
+    np.testing.assert_allclose(d @ s @ d, 2 * d, atol=1e-10)  # D S D = 2 D: doubly occupied orbitals
+    assert np.trace(d @ s) == pytest.approx(6.0)
+
+
+def test_model_guess_pickles_by_path_and_skips_unseen_elements():
+    pytest.importorskip("pyscf")
+    guess = ModelGuess("organic-pbe-def2svp", "def2-svp")
+    again = pickle.loads(pickle.dumps(guess))  # what a worker process receives: the path, not the network
+    assert again._predictor is None and len(pickle.dumps(guess)) < 1000
+    water = np.array([[0.0, 0.0, 0.117], [0.0, 0.757, -0.467], [0.0, -0.757, -0.467]])
+    d = again((8, 1, 1), water)
+    assert d.shape == (24, 24) and np.allclose(d, d.T)
+    assert again((9, 1), np.array([[0.0, 0.0, 0.0], [0.0, 0.0, 0.92]])) is None  # HF: fluorine is outside the model
+    with pytest.raises(ValueError, match="trained in basis def2-svp, the SCF uses sto-3g"):
+        ModelGuess("organic-pbe-def2svp", "sto-3g")
