@@ -26,10 +26,9 @@ import tarfile
 import time
 from pathlib import Path
 
-WIDE = ["--model.network.dim", "128", "--model.network.n_layers", "4"]  # GPU size; CGCNN below has the same
 RUNS = {  # name: (config, overrides)
-    "mp-formation-energy": ("configs/crystal/mp-formation-energy.yaml", WIDE),
-    "mp-band-gap": ("configs/crystal/mp-band-gap.yaml", WIDE),
+    "mp-formation-energy": ("configs/crystal/mp-formation-energy.yaml", []),
+    "mp-band-gap": ("configs/crystal/mp-band-gap.yaml", []),
     "cgcnn-formation-energy": ("configs/crystal/mp-formation-energy.yaml",
                                ["--model.network", "{name: cgcnn, dim: 128, n_layers: 4, n_rbf: 40}"]),
     "cgcnn-band-gap": ("configs/crystal/mp-band-gap.yaml",
