@@ -132,10 +132,26 @@ def _run_qm9(args, settings) -> int:
     res = generate_qm9_shard(qm9_molecules(mine), settings, shard_folder(args.out, i, k), args.workers,
                              progress=not args.no_progress, selection=selection, guess=guess,
                              retry_failed=args.retry_failed)
+    if mine and res["failed"] == len(mine):
+        raise RuntimeError(f"qm9 shard {i}/{k}: all {len(mine)} molecule(s) failed, nothing written (the first: "
+                           f"{_first_failure(res['failed_file'])}; all reasons in {res['failed_file']}); fix the "
+                           "settings and rerun with --retry-failed")
     failed = f", {res['failed']} failed (listed in {res['failed_file']})" if res["failed"] else ""
     print(f"qm9 shard {i}/{k}: {res['computed']} computed, {res['skipped']} already done (skipped){failed}; "
           f"wrote {res['folder']} and {res['manifest']}", file=sys.stderr)
     return 0
+
+
+def _first_failure(path: str) -> str:
+    """``QM9 <index> (<formula>): <reason>`` of the first molecule listed in a shard's ``failed.json``."""
+    import json
+
+    try:
+        first = json.loads(Path(path).read_text())["molecules"][0]
+    except (OSError, ValueError, KeyError, IndexError):
+        return "unreadable failed.json"
+    reason = (str(first.get("reason") or "").strip() or "no reason recorded").splitlines()[0]
+    return f"QM9 {first.get('index')} ({first.get('formula', '?')}): {reason}"
 
 
 def _molecule_jobs(args) -> list:

@@ -20,6 +20,8 @@ from sciml.hamiltonian.model import HamiltonianModel
 from sciml.hamiltonian.orbitals import OrbitalLayout
 from sciml.hamiltonian.scf.refine_calibration import REFINE_FILE, RefinedCalibration
 from sciml.hamiltonian.scf.residual import RESIDUAL_FILE, ResidualBound
+from sciml.hamiltonian.sizes import KEY as TRAINING_KEY
+from sciml.hamiltonian.sizes import TrainingDomain
 from sciml.uq.split import calibrator_from_dict
 
 __all__ = ["DEFAULT_MODEL", "HamiltonianPredictor", "load_model", "module_config"]
@@ -46,6 +48,7 @@ class HamiltonianPredictor:
     h0: str = "full"  # how H0 is built at prediction, as in the training data (sciml.hamiltonian.scf.h0)
     residual: ResidualBound | None = None  # conformal H-MAE bound from the SCF residual (residual.json)
     refined: RefinedCalibration | None = None  # intervals of ``predict --refine K`` (refine_calibrator.json)
+    training: TrainingDomain | None = None  # elements and sizes of the training molecules (metadata.json)
 
 
 #: network settings of the first crystal models (``task: hamiltonian-crystal`` artifacts, e.g. si-c-pbe-gth)
@@ -117,4 +120,15 @@ def load_model(path: str | Path = DEFAULT_MODEL) -> HamiltonianPredictor:
                                 str(meta.get("xc", "pbe")), Path(path), bool(meta.get("periodic")),
                                 dict(meta.get("generator") or {}), domain, str(meta.get("h0") or "full"),
                                 parse_extra(art, RESIDUAL_FILE, ResidualBound.from_dict),
-                                parse_extra(art, REFINE_FILE, RefinedCalibration.from_dict))
+                                parse_extra(art, REFINE_FILE, RefinedCalibration.from_dict), _training(art))
+
+
+def _training(art) -> TrainingDomain | None:
+    """The ``training_domain`` of ``metadata.json`` (None for artifacts exported before it was recorded)."""
+    raw = (art.metadata or {}).get(TRAINING_KEY)
+    if raw is None:
+        return None
+    try:
+        return TrainingDomain.from_dict(raw)
+    except ValueError as err:
+        raise ArtifactError(f"{art.path / 'metadata.json'}: {err}; re-export the model") from None

@@ -27,17 +27,20 @@ from sciml.core.io.artifact import add_extra_files, card_section, load_artifact,
 from sciml.hamiltonian.artifact import load_model
 from sciml.hamiltonian.domain import FILE as DOMAIN_FILE
 from sciml.hamiltonian.domain import pool_deep_groups
-from sciml.hamiltonian.export import calibrate, model_card, read_extra
+from sciml.hamiltonian.export import calibrate, chemical_domain, model_card, read_extra
 from sciml.hamiltonian.module import HamiltonianModule
 from sciml.hamiltonian.predict import predict_structures
 from sciml.hamiltonian.refined import refine_prediction
 from sciml.hamiltonian.scf.molecule import zeroth_step
 from sciml.hamiltonian.scf.refine_calibration import REFINE_FILE, RefinedCalibration, core_orbitals, refined_groups
 from sciml.hamiltonian.scf.residual import RESIDUAL_FILE, ResidualBound, scf_residual
+from sciml.hamiltonian.sizes import KEY as TRAINING_KEY
+from sciml.hamiltonian.sizes import card_lines, training_domain
 from sciml.hamiltonian.task import datamodule
 from sciml.hamiltonian.units import HARTREE_EV
 
-__all__ = ["OPERATIONS", "add_domain", "add_refine_calibration", "add_residual_bound", "refined_errors"]
+__all__ = ["OPERATIONS", "add_domain", "add_refine_calibration", "add_residual_bound", "add_training_domain",
+           "refined_errors"]
 
 OPERATIONS = ("domain", "residual", "refine")
 #: model-card sections of the extra files that depend on the weights only (kept when the domain test is refitted)
@@ -76,7 +79,8 @@ def add_domain(path: str | Path, data_path: str | None = None, alpha: float = 0.
     old = dict(art.metadata.get("metrics") or {})
     metrics["previous_calibration"] = {k: old[k] for k in ("test_coverage", "test_width_mev", "test_flag_rate")
                                        if k in old}
-    card = model_card(Path(path).name, dict(art.config), metrics, dm.split_sizes())
+    chemical = chemical_domain(dm)
+    card = model_card(Path(path).name, dict(art.config), metrics, dm.split_sizes(), chemical)
     card += ("\n## Domain test added after training\n- `domain.json` and the per-orbital calibrator were fitted "
              "with `sciml hamiltonian calibrate --operation domain` on the splits rebuilt from the recorded data path, "
              f"fractions and seed ({dm.split_sizes()}, seed {dm.seed})"
@@ -84,7 +88,8 @@ def add_domain(path: str | Path, data_path: str | None = None, alpha: float = 0.
                                                                   f"{r['sha256'][:16]}…)" for r in records)
                 if records else "") + "; the weights are unchanged (same sha256).\n")
     reserved = ("format_version", "versions", "weights_sha256", "extra_files")
-    meta = {k: v for k, v in art.metadata.items() if k not in reserved} | {"metrics": metrics}
+    meta = {k: v for k, v in art.metadata.items() if k not in reserved} | {"metrics": metrics,
+                                                                           TRAINING_KEY: chemical.to_dict()}
     kept = {name: content for name, content in art.extras.items() if name != DOMAIN_FILE}  # residual, refine
     old_card = (art.path / "README.md").read_text()
     for name, title in SECTIONS.items():
@@ -210,3 +215,25 @@ def add_refine_calibration(path: str | Path, data: str | Path, steps: int = 5, a
         "unrefined widths, marked without guarantee."))
     add_extra_files(path, {REFINE_FILE: fitted.to_dict()}, metadata={"refine_calibration": summary}, card=card)
     return summary
+
+
+def add_training_domain(path: str | Path, molecules, how: str) -> dict:
+    """Record the elements and sizes of an artifact's training molecules; weights and extra files unchanged.
+
+    ``molecules``: ``(name, atomic numbers (n,))`` of every train-split structure (:mod:`sciml.hamiltonian.sizes`);
+    ``how`` says in words where they came from (written to the card's ``## Chemical domain`` section). For
+    artifacts exported before ``training_domain`` was recorded; new exports record it themselves.
+    """
+    chemical = training_domain(molecules)
+    art = load_artifact(path, task="hamiltonian")
+    if art.metadata.get("periodic"):
+        raise ValueError(f"{path}: a crystal model; the chemical domain is recorded for molecule models")
+    outside = set(chemical.elements) - {int(z) for z in art.metadata.get("elements") or []}
+    if outside:
+        raise ValueError(f"{path}: training molecules hold elements {sorted(outside)} outside the model's "
+                         f"{art.metadata.get('elements')}; wrong molecule list")
+    card = with_card_section((art.path / "README.md").read_text(), "Chemical domain",
+                             "\n".join([*card_lines(chemical), f"- Recorded after training: {how}"]))
+    add_extra_files(art.path, {}, metadata={TRAINING_KEY: chemical.to_dict()}, card=card)
+    return chemical.to_dict()
+

@@ -26,6 +26,8 @@ from sciml.hamiltonian.domain import (
 )
 from sciml.hamiltonian.evaluate import evaluate, summarise
 from sciml.hamiltonian.module import HamiltonianModule
+from sciml.hamiltonian.sizes import KEY as TRAINING_KEY
+from sciml.hamiltonian.sizes import TrainingDomain, card_lines, training_domain
 from sciml.hamiltonian.units import HARTREE_MEV
 from sciml.uq import MondrianConformal, mean_width
 
@@ -112,6 +114,12 @@ def _position_key(pos: torch.Tensor) -> bytes:
     return np.round(pos.double().numpy() * 1e6).astype(np.int64).tobytes()
 
 
+def chemical_domain(dm) -> TrainingDomain:
+    """Elements and sizes of the train split of a (set-up) molecule data module (:mod:`sciml.hamiltonian.sizes`)."""
+    return training_domain((str(s.meta.get("molecule", Path(dm.path).stem)), s.numbers)
+                           for s in dm.structures["train"])
+
+
 def crystal_scores(predictor, structures) -> tuple[dict[str, float], torch.Tensor, torch.Tensor]:
     """Mean crystal errors over ``structures``, per-band scores and their band indices.
 
@@ -182,10 +190,11 @@ def _symbols(layout: dict) -> list[str]:
     return [Element.from_Z(int(z)).symbol for z in sorted(layout, key=int)]
 
 
-def model_card(name: str, cfg: dict, metrics: dict, sizes: dict) -> str:
-    """Markdown model card: data, split, metrics, intended use, limits."""
+def model_card(name: str, cfg: dict, metrics: dict, sizes: dict, training: TrainingDomain | None = None) -> str:
+    """Markdown model card: data, split, metrics, chemical domain (``training``), intended use, limits."""
     meta = cfg["module"].get("meta") or {}
     m = metrics
+    chemical = ["", "## Chemical domain", *card_lines(training)] if training is not None else []
     return "\n".join([
         f"# {name}", "", f"E(3)-equivariant Hamiltonian model (NextHAM-style ΔH = H − H0 correction; "
         f"use_h0={cfg['module']['network'].get('use_h0', True)}; closed-form tensor-product ridge base: "
@@ -200,7 +209,7 @@ def model_card(name: str, cfg: dict, metrics: dict, sizes: dict) -> str:
         f"- {100 * (1 - m['alpha']):.0f}% conformal intervals on orbital energies: coverage {m['test_coverage']:.3f}, "
         f"mean width {m['test_width_mev']:.3g} meV"
         + (f" ({m['calibration']}, σ(x) = 1 + (s(x)/s̃)^{m['sigma_power']:g})" if "calibration" in m else ""),
-        *_network_line(m), *_domain_lines(m), "", "## Intended use and limits",
+        *_network_line(m), *_domain_lines(m), *chemical, "", "## Intended use and limits",
         f"- Molecules made of the trained elements {', '.join(_symbols(cfg['module']['layout']))}, same basis "
         "set; " + (f"declared domain: {m['declared_domain']}" if m.get("declared_domain") else
                    "geometries close to the training conformers (random displacements, σ = 0.05 Å, of one "
@@ -272,10 +281,11 @@ def export(ckpt: str | Path, state: dict, output: str | Path, cfg: dict, calibra
     module = HamiltonianModule(**hparams)
     module.load_state_dict(state["state_dict"], strict=True)
     dm = datamodule(cfg, None)
-    extras = {}
+    extras, chemical = {}, None
     if dm.periodic:
         cal, metrics = calibrate_crystals(module, dm, alpha)
     else:
+        chemical = chemical_domain(dm)
         from sciml.hamiltonian.select import network_check
 
         check = network_check(module, dm)  # before calibration: the intervals are those of what is shipped
@@ -292,7 +302,11 @@ def export(ckpt: str | Path, state: dict, output: str | Path, cfg: dict, calibra
                 "elements": module.layout.elements(), "layout": module.layout.to_dict(),
                 "basis": hparams["meta"].get("basis"), "xc": hparams["meta"].get("xc"),
                 "split_sizes": dm.split_sizes(), "metrics": metrics, "source_checkpoint": Path(ckpt).name}
-    card = (crystal_card if dm.periodic else model_card)(Path(output).name, art_cfg, metrics, dm.split_sizes())
+    if chemical is not None:
+        metadata[TRAINING_KEY] = chemical.to_dict()
+        card = model_card(Path(output).name, art_cfg, metrics, dm.split_sizes(), chemical)
+    else:
+        card = crystal_card(Path(output).name, art_cfg, metrics, dm.split_sizes())
     save_artifact(output, config=art_cfg, state_dict=module.state_dict(), metadata=metadata,
                   calibrator=cal.to_dict() if calibrate_ else None, card=card, extras=extras if calibrate_ else None)
     return metrics

@@ -7,6 +7,7 @@ the shipped models that cover them), open-shell molecules (:func:`sciml.hamilton
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -59,19 +60,22 @@ def covering_models(elements, periodic: bool = False) -> list[str]:
     return names
 
 
-def check_elements(numbers, layout: OrbitalLayout, source: str, periodic: bool = False) -> None:
+def check_elements(numbers, layout: OrbitalLayout, source: str, periodic: bool = False,
+                   known: Iterable[int] | None = None) -> None:
     """Raise a one-line ValueError naming ``source``, the elements the model was not trained on and a model that was.
 
-    ``periodic``: the input is a crystal (the suggested shipped models are crystal models).
+    ``periodic``: the input is a crystal (the suggested shipped models are crystal models). ``known``: the elements
+    of the training molecules (``training_domain`` in ``metadata.json``) when recorded; the layout's otherwise.
     """
     from ase.data import chemical_symbols
 
-    unknown = sorted({int(z) for z in numbers} - set(layout.elements()))
+    trained = set(layout.elements()) if known is None else set(layout.elements()) & {int(z) for z in known}
+    unknown = sorted({int(z) for z in numbers} - trained)
     if not unknown:
         return
     names = ", ".join(chemical_symbols[z] for z in unknown)
-    known = ", ".join(chemical_symbols[z] for z in layout.elements())
+    have = ", ".join(chemical_symbols[z] for z in sorted(trained))
     models = covering_models(numbers, periodic)
     fix = (f"use a model trained on them: --model {' or --model '.join(models)}" if models else
            "no shipped model covers them; train one on these elements (docs/hamiltonian.md)")
-    raise ValueError(f"{source}: element(s) {names} are outside the trained orbital basis ({known}); {fix}")
+    raise ValueError(f"{source}: element(s) {names} are outside the trained orbital basis ({have}); {fix}")

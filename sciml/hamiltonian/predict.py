@@ -43,8 +43,8 @@ def molecule_structure(numbers, positions, step: ZerothStep, layout, source: str
                                            meta={"n_occupied": int(step.n_occupied), "source": source})
 
 
-def _batch_notes(iv_note: str, borrowed, p: float | None, beta: float | None) -> str:
-    """The note of one molecule: out of domain, orbitals deeper than any calibration group, the batch's note."""
+def _batch_notes(iv_note: str, borrowed, p: float | None, beta: float | None, size: str | None = None) -> str:
+    """One molecule's note: larger than the training molecules, out of domain, deep orbitals, the batch's note."""
     note = iv_note
     if borrowed is not None and bool(borrowed.any()):
         note = (f"{int(borrowed.sum())} orbitals lie deeper than the deepest calibration group and take its width "
@@ -53,6 +53,8 @@ def _batch_notes(iv_note: str, borrowed, p: float | None, beta: float | None) ->
     if p is not None and not p > beta:
         note = (f"out of domain (domain p-value {p:.3g} <= beta {beta:g}): unlike the training structures; the "
                 "intervals carry no coverage guarantee" + (f"; {note}" if note else ""))
+    if size:
+        note = size + (f"; {note}" if note else "")
     return note
 
 
@@ -63,8 +65,10 @@ def predict_structures(structures: list[HamiltonianStructure], predictor: Hamilt
     """Predicted ``H``, orbital energies with conformal intervals, HOMO–LUMO gap and domain verdict; one network call.
 
     With a domain test (``domain.json``) every molecule gets ``domain_pvalue`` and ``in_domain`` (``p > β``; ``β``
-    defaults to the model's); ``None`` for models without one. Intervals of an out-of-domain molecule carry no
-    guarantee. ``structures`` carry ``H0`` and ``S`` blocks and ``meta["n_occupied"]``, ``meta["source"]``.
+    defaults to the model's); ``None`` for models without one. A molecule larger than every training molecule
+    (``metadata.json``'s ``training_domain``, :mod:`sciml.hamiltonian.sizes`) is ``in_domain: false`` whatever its
+    p-value, with a note saying so. Intervals of an out-of-domain molecule carry no guarantee. ``structures``
+    carry ``H0`` and ``S`` blocks and ``meta["n_occupied"]``, ``meta["source"]``.
     """
     m = predictor.module
     nb, eb = m.node_basis, m.edge_basis
@@ -85,8 +89,9 @@ def predict_structures(structures: list[HamiltonianStructure], predictor: Hamilt
         rows = slice(k0, k0 + k)
         k0 += k
         p = None if pvalue is None else float(pvalue[g])
-        in_domain = None if p is None else bool(p > beta)
-        note = _batch_notes(iv.note, None if iv.borrowed is None else iv.borrowed[rows], p, beta)
+        size = None if predictor.training is None else predictor.training.beyond(s.numbers)
+        in_domain = False if size else None if p is None else bool(p > beta)
+        note = _batch_notes(iv.note, None if iv.borrowed is None else iv.borrowed[rows], p, beta, size)
         out.append(MoleculePrediction(
             s.meta.get("source", ""), pred.meta["hamiltonian"][a:b].reshape(n, n).numpy(), eps[rows].numpy(),
             iv.lower[rows].numpy(), iv.upper[rows].numpy(), occ, alpha, p, in_domain, beta, iv.method,
@@ -199,7 +204,8 @@ def _molecules(paths, references, predictor: HamiltonianPredictor, bar, timings:
         with _timed(timings, "read"):
             numbers, frames = read_frames(path)
             check_closed_shell(numbers, str(path))
-            check_elements(numbers, predictor.layout, str(path))
+            check_elements(numbers, predictor.layout, str(path),
+                           known=None if predictor.training is None else predictor.training.elements)
         if len(frames) == 1:
             yield Path(path).stem, str(path), numbers, frames[0], references[k] if references else None
             continue

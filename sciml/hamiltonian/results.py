@@ -62,7 +62,8 @@ class MoleculePrediction:
     n_occupied : doubly occupied orbitals.
     alpha : miscoverage of the intervals (None: no intervals asked for).
     domain_pvalue, in_domain, domain_beta : the domain test's p-value, ``p > β`` and ``β`` (None for models
-        without ``domain.json``).
+        without ``domain.json``); ``in_domain`` is False for a molecule larger than every training molecule
+        (:mod:`sciml.hamiltonian.sizes`), whatever its p-value.
     intervals : how the intervals were made, in words (``"none"`` without).
     interval_guarantee : whether the conformal guarantee applies (calibrated, in domain, no guard).
     note : one line of caveats, empty when there are none.

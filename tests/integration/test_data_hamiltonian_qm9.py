@@ -160,6 +160,28 @@ def test_a_failed_molecule_is_listed_and_the_shard_goes_on(tmp_path, capsys, mon
     assert json.loads((out / "failed.json").read_text())["n_failed"] == 0 and verify_manifest(out) == []
 
 
+def test_a_shard_whose_every_molecule_fails_exits_non_zero_in_one_line(tmp_path, capsys, monkeypatch):
+    """Nothing computed: the command fails (exit 2, one ``error:`` line naming the first failure and the fix)."""
+    out = tmp_path / "qm9"
+    real = generate.run_molecule_scf
+
+    def all_fail(numbers, positions, settings, **kw):
+        return {**real(numbers, positions, settings, **kw), "converged": False}
+
+    monkeypatch.setattr(generate, "run_molecule_scf", all_fail)
+    args = ["data", "hamiltonian", *CPU, "--indices", "1,3", "--basis", "sto-3g", "--out", str(out)]
+    for _ in range(2):  # the first run, and a rerun that finds every molecule already failed
+        assert main(args) == 2  # EXIT_ERROR, as for every one-line error
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and err.startswith("error: qm9 shard 0/1: all 2 molecule(s) failed")
+        assert "QM9 1 (CH4): RuntimeError" in err and "SCF did not converge" in err
+        assert str(out / "failed.json") in err and "--retry-failed" in err and "Traceback" not in err
+    assert json.loads((out / "manifest.json").read_text())["n_molecules"] == 0
+    monkeypatch.setattr(generate, "run_molecule_scf", real)
+    assert main([*args, "--retry-failed"]) == 0
+    assert "2 computed" in capsys.readouterr().err
+
+
 def test_cheap_settings_only_where_measured(tmp_path, capsys):
     from sciml.hamiltonian.data.cheap import MEASURED
 

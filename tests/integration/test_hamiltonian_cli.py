@@ -57,6 +57,11 @@ def test_run_folder_and_artifact(tiny_run):
     for key in ("h_mae_microhartree", "gauge_mae_microhartree", "test_coverage", "occupied_cosine_percent"):
         assert np.isfinite(meta["metrics"][key])
     assert json.loads((tiny_run["artifact"] / "calibrator.json").read_text())["method"]
+    # the chemical domain of the train split: recorded, stated in the card, loaded with the model
+    assert meta["training_domain"] == {"elements": [1, 8], "n_molecules": 1, "n_structures": len(split["train"]),
+                                       "n_atoms": [3, 3], "n_heavy_atoms": [1, 1]}
+    card = (tiny_run["artifact"] / "README.md").read_text()
+    assert "## Chemical domain\n- Elements: H, O" in card and "- Sizes: 3 atoms, 1 heavy (non-H) atoms" in card
 
 
 def test_predict_writes_matrices_levels_and_plot(tiny_run, tmp_path, capsys):
@@ -131,7 +136,8 @@ def test_calibrate_adds_the_residual_bound_and_refits_the_domain_test(tiny_run, 
     assert predictor.calibrator.score_name == "normalized" and predictor.domain.sigma_power == 0.0
     assert (out / "weights.safetensors").read_bytes() == weights
     card = (out / "README.md").read_text()
-    assert "## SCF residual bound" in card and "calibrate --operation domain" in card
+    assert "## SCF residual bound" in card and "calibrate --operation domain" in card and "## Chemical domain" in card
+    assert predictor.training is not None and predictor.training.n_atoms == (3, 3)
     metrics = json.loads((out / "metadata.json").read_text())["metrics"]
     assert "previous_calibration" in metrics and "wrote domain.json" in capsys.readouterr().out
 

@@ -113,3 +113,25 @@ def test_residual_or_refine_with_a_crystal_model_is_a_one_line_error(tmp_path, c
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and "--residual and --refine apply to molecule models" in err
     assert len(err.splitlines()) == 1
+
+
+def test_molecule_larger_than_every_training_molecule_is_out_of_domain_with_a_note(tmp_path, capsys):
+    """A water dimer (6 atoms, 2 heavy) for the water model (trained on 3 atoms): predicted, marked, p-value kept."""
+    pytest.importorskip("pyscf")
+    dimer = tmp_path / "dimer.xyz"
+    dimer.write_text("6\nwater dimer\nO -1.551 -0.115 0.0\nH -1.934 0.763 0.0\nH -0.600 0.041 0.0\n"
+                     "O 1.351 0.112 0.0\nH 1.680 -0.374 -0.759\nH 1.680 -0.374 0.759\n")
+    out = tmp_path / "out"
+    assert main(["hamiltonian", "predict", str(EXAMPLE), str(dimer), "--output", str(out), "--no-progress",
+                 "--beta", "1e-9"]) == 0  # a beta below every p-value: only the size rule can flag it
+    row = json.loads((out / "dimer" / "eigenvalues.json").read_text())
+    assert row["in_domain"] is False and not row["interval_guarantee"] and row["domain_pvalue"] is not None
+    assert row["note"].startswith("larger than every training molecule (6 atoms, 2 heavy; trained on 3 atoms, 1 "
+                                  "heavy): size extrapolation, out of domain")
+    assert "no coverage guarantee" in row["note"]
+    ok = json.loads((out / "water" / "eigenvalues.json").read_text())
+    assert ok["in_domain"] is True and ok["note"] == ""
+    captured = capsys.readouterr()
+    assert "larger than every training molecule" in captured.out and "1 of 2 out of domain" in captured.err
+    card = (SHIPPED / "README.md").read_text()
+    assert "## Chemical domain" in card and "- Sizes: 3 atoms, 1 heavy (non-H) atoms" in card

@@ -98,3 +98,23 @@ def test_calibrate_checks_its_arguments_before_any_work(tmp_path, capsys, args, 
 def test_top_level_calibrate_forwards_to_the_hamiltonian_family(tmp_path, capsys):
     assert main(["calibrate", "--model", str(ORGANIC), "--operation", "refine", "--output", str(tmp_path / "c")]) == 2
     assert "--operation refine needs --data" in one_line_error(capsys)
+
+
+@pytest.mark.parametrize(("name", "atoms", "element"), [
+    ("thiophene", [("S", 0, 0, 1.19), ("C", 0, 1.23, 0.18), ("C", 0, -1.23, 0.18), ("C", 0, 0.71, -1.10),
+                   ("C", 0, -0.71, -1.10), ("H", 0, 2.26, 0.50), ("H", 0, -2.26, 0.50), ("H", 0, 1.32, -1.99),
+                   ("H", 0, -1.32, -1.99)], "S"),
+    ("chloromethane", [("C", 0, 0, 0), ("Cl", 0, 0, 1.78), ("H", 1.03, 0, -0.36), ("H", -0.51, 0.89, -0.36),
+                       ("H", -0.51, -0.89, -0.36)], "Cl"),
+    ("phosphine", [("P", 0, 0, 0), ("H", 1.42, 0, 0), ("H", -0.18, 1.41, 0), ("H", -0.18, -0.35, 1.37)], "P")])
+def test_organic_model_refuses_elements_it_never_saw_in_one_line(tmp_path, capsys, name, atoms, element):
+    """S, Cl, P: never in the organic model's training molecules (its card says so); refused before any pyscf work."""
+    path = write_xyz(tmp_path / f"{name}.xyz", atoms)
+    assert main(["hamiltonian", "predict", str(path), "--model", "organic-pbe-def2svp", "--output",
+                 str(tmp_path / "o"), "--no-progress"]) == 2
+    err = one_line_error(capsys)
+    assert f"{path}: element(s) {element} are outside the trained orbital basis (H, C, N, O)" in err
+    assert "no shipped model covers them; train one on these elements" in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()
+    card = (ORGANIC / "README.md").read_text()
+    assert "## Chemical domain" in card and "- Elements: H, C, N, O" in card and "refused" in card
