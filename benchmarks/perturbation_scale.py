@@ -1,0 +1,404 @@
+"""What the perturbation recipe costs at the width of real screens: set-up, training, prediction and peak memory.
+
+Grid: genes {500, 1,000, 2,000, 5,000} × cells {10,000, 50,000, 100,000} (``--genes``, ``--cells`` for a subset).
+Per grid cell, a seeded simulated screen (``sciml.perturbation.sim.simulate``: 100 singles and 200 doubles, so 300
+conditions, 10% of the cells controls and the rest split evenly over the conditions; knockdown; the wide configs'
+network sizes), then three child processes, each with ``OMP_NUM_THREADS`` and torch threads set to ``--threads``:
+
+1. ``simulate``: the screen written to ``--work`` (reused when already there);
+2. ``fit``: the shipped recipe (``configs/perturbation/grn_default.yaml``, unchanged but for ``data.path``) built
+   as ``sciml fit`` builds it (``sciml.perturbation.task.build``: read the file, split, select genes, gene graph,
+   singles and doubles, combination rule, every ``auto`` of the prior chosen) — the **set-up time**; then
+   ``--train-steps`` optimiser steps of the training loss (AdamW, gradient clip 1) on the recipe's batches, the
+   first one reported apart (warm-up), and one validation pass as Lightning runs it (loss + 4-step sampling of the
+   val conditions). **Per epoch** = ``data.steps_per_epoch`` × median step + the validation pass: *extrapolated from
+   the timed steps*, not a timed epoch;
+3. ``predict``: the fitted model reloaded from its state dict in a fresh process, the control cells read from the
+   file (:func:`sciml.perturbation.data.table.read_control_cells`, as ``sciml perturbation predict`` does), then
+   ``--predict-conditions`` conditions × ``--predict-cells`` cells generated (:func:`sciml.perturbation.predict.
+   generate`, the recipe's 4 Euler steps). The model has only the timed steps of training: the sampling cost does
+   not depend on the weights.
+
+Peak memory is ``ru_maxrss`` of each child (``os.wait4``), in GiB; wall and CPU seconds (user + system) are both
+reported, since wall time on a shared machine is an upper bound. The load average before and after each child is
+recorded beside it.
+
+Results go to ``--output`` after every child, atomically (``benchmarks/_results.py``), so a killed run keeps what it
+measured; a rerun skips grid cells already measured (``--rerun`` measures them again). Every grid cell of
+``--genes`` × ``--cells`` not measured is written as ``{"status": "not run"}``: no number is ever filled in. A child
+that exceeds ``--max-seconds`` is stopped (its own PID only) and its grid cell is recorded as ``timed out`` with the
+phases it finished; grid cells at least as large in both genes and cells are then not started.
+
+Usage::
+
+    nice -n 10 python benchmarks/perturbation_scale.py [--genes 500 1000] [--cells 10000] [--threads 1]
+        [--train-steps 5] [--max-seconds 900] [--work benchmarks/runs/perturbation_scale]
+        [--output benchmarks/results/perturbation_scale.json] [--rerun]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import write_json  # noqa: E402  (benchmarks/_results.py: atomic writes)
+
+RECIPE = ROOT / "configs/perturbation/grn_default.yaml"
+GENES = (500, 1000, 2000, 5000)
+CELLS = (10_000, 50_000, 100_000)
+NETWORK = {500: (10, 100), 1000: (20, 150), 2000: (40, 250), 5000: (100, 500)}  # genes: (masters, regulators)
+CONTROL_SHARE = 0.1
+GIB = 1024**2  # ru_maxrss is in KiB on Linux
+
+
+# ---------------------------------------------------------------------------------------------------- the screen
+def screen_config(genes: int, cells: int, singles: int, doubles: int, seed: int = 0) -> dict:
+    """Simulator settings of a grid cell: ``singles + doubles`` conditions, 10% controls, ``cells`` cells in all."""
+    masters, regulators = NETWORK.get(genes, (max(5, genes // 50), max(singles, genes // 10)))
+    controls = max(int(round(CONTROL_SHARE * cells)), 1)
+    per_condition = max((cells - controls) // (singles + doubles), 2)
+    return {"seed": seed, "n_genes": genes, "n_masters": masters, "n_regulators": max(regulators, singles),
+            "and_share": 0.5, "n_singles": singles, "n_doubles": doubles, "and_pair_share": 0.7,
+            "cells_per_condition": per_condition, "control_cells": controls, "perturbation": "knockdown",
+            "efficiency": 0.9, "dispersion": 10.0}
+
+
+def key(genes: int, cells: int) -> str:
+    """Name of a grid cell in the results file."""
+    return f"{genes}x{cells}"
+
+
+# ---------------------------------------------------------------------------------------------------- children
+def _rss_gib() -> float:
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / GIB, 3)
+
+
+def _cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _report(path: Path, payload: dict) -> None:
+    write_json(path, payload)
+
+
+def child_simulate(args) -> None:
+    """Simulate the screen of one grid cell and write it to ``args.data``."""
+    from sciml.perturbation.data.anndata_io import write_h5ad
+    from sciml.perturbation.sim.simulate import simulate
+
+    start = time.perf_counter()
+    adata = simulate(json.loads(args.sim))
+    write_h5ad(adata, args.data)
+    _report(Path(args.report), {"wall_s": round(time.perf_counter() - start, 2), "cpu_s": round(_cpu_s(), 2),
+                                "n_cells": int(adata.n_obs), "n_genes": int(adata.n_vars),
+                                "rss_gib": _rss_gib()})
+
+
+def _timed(module, name: str, phases: dict) -> None:
+    """Wrap ``module.name`` so that its wall seconds add up in ``phases[name]`` (a benchmark-only probe)."""
+    inner = getattr(module, name)
+
+    def wrapper(*a, **k):
+        start = time.perf_counter()
+        try:
+            return inner(*a, **k)
+        finally:
+            phases[name] = round(phases.get(name, 0.0) + time.perf_counter() - start, 2)
+
+    setattr(module, name, wrapper)
+
+
+def child_fit(args) -> None:
+    """Set up the recipe on ``args.data`` (timed), time ``args.train_steps`` steps and a val pass, save the model."""
+    import numpy as np
+    import torch
+
+    from sciml.cli.config import load_config
+    from sciml.perturbation import task
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    report = Path(args.report)
+    cfg = load_config(RECIPE)
+    cfg["data"]["path"] = args.data
+    out: dict = {"recipe": str(RECIPE.relative_to(ROOT)), "phases": {}}
+    for name in ("datamodule", "read_screen", "resolve"):
+        _timed(task, name, out["phases"])
+    start, cpu = time.perf_counter(), _cpu_s()
+    dm, model = task.build(cfg)
+    out["setup"] = {"wall_s": round(time.perf_counter() - start, 2), "cpu_s": round(_cpu_s() - cpu, 2),
+                    "rss_gib": _rss_gib(), "genes": len(dm.genes), "cells": int(dm.table.n_cells),
+                    "max_genes": model.flow["max_genes"], "kappa": model.prior_settings.kappa,
+                    "shrink": model.prior_settings.shrink}
+    out["phases"] = {"read_and_graph": out["phases"].pop("datamodule"), "singles_and_doubles":
+                     out["phases"].pop("read_screen"), "prior_choice": out["phases"].pop("resolve"), **out["phases"]}
+    _report(report, out)
+
+    optim = cfg["model"].get("optim", {})
+    opt = torch.optim.AdamW(model.parameters(), lr=optim.get("lr", 2e-3), weight_decay=optim.get("weight_decay", 0))
+    clip = float(cfg.get("trainer", {}).get("gradient_clip_val") or 0)
+    model.train()
+    steps, loader = [], iter(dm.loader("train", shuffle=True))
+    start_all, cpu = time.perf_counter(), _cpu_s()
+    for _ in range(args.train_steps):
+        start = time.perf_counter()
+        batch = next(loader)
+        loss = model.losses(batch)["loss"]
+        opt.zero_grad()
+        loss.backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
+        steps.append(time.perf_counter() - start)
+    train_cpu = _cpu_s() - cpu
+    model.eval()
+    start = time.perf_counter()
+    with torch.no_grad():
+        for batch in dm.loader("val"):
+            model.losses(batch)
+            model.sample(batch["x_ctrl"], batch["pert_genes"], model.flow["val_steps"], "euler")
+    val_s = time.perf_counter() - start
+    per_epoch = int(cfg["data"].get("steps_per_epoch", 100))
+    later = steps[1:] or steps
+    step_s = float(np.median(later))
+    out["train"] = {"steps_timed": len(steps), "first_step_s": round(steps[0], 3), "step_s_median": round(step_s, 3),
+                    "steps_wall_s": round(time.perf_counter() - start_all - val_s, 2),
+                    "steps_cpu_s": round(train_cpu, 2),
+                    "val_conditions": len(dm.conditions["val"]), "val_pass_s": round(val_s, 2),
+                    "steps_per_epoch": per_epoch, "epoch_s_extrapolated": round(per_epoch * step_s + val_s, 1),
+                    "epochs_of_recipe": int(cfg["trainer"]["max_epochs"]),
+                    "fit_s_extrapolated": round(int(cfg["trainer"]["max_epochs"]) * (per_epoch * step_s + val_s), 1),
+                    "how": "epoch = steps_per_epoch x median timed step (first step excluded) + one timed val pass; "
+                           "extrapolated, not a timed epoch", "rss_gib": _rss_gib()}
+    torch.save({"hparams": dict(model.hparams), "state_dict": model.state_dict()}, args.model)
+    _report(report, out)
+
+
+def child_predict(args) -> None:
+    """Reload the fitted model, read the control cells, generate conditions × cells (each timed)."""
+    import torch
+
+    from sciml.perturbation.data.conditions import gene_indices, parse_condition
+    from sciml.perturbation.data.table import read_control_cells
+    from sciml.perturbation.module import PerturbationFlow
+    from sciml.perturbation.predict import generate
+
+    torch.set_num_threads(args.threads)
+    start = time.perf_counter()
+    state = torch.load(args.model, weights_only=False)
+    model = PerturbationFlow(**state["hparams"])
+    model.load_state_dict(state["state_dict"], strict=True)
+    model.eval()
+    ctrl = read_control_cells(args.data, model.measured_genes)
+    labels = _conditions(args.data)[-args.predict_conditions:]
+    index = {g: i for i, g in enumerate(model.config["genes"])}
+    rows = [gene_indices(parse_condition(label), index) for label in labels]
+    load_s = time.perf_counter() - start
+    start, cpu = time.perf_counter(), _cpu_s()
+    cells = generate(model, ctrl, rows, args.predict_cells, seed=0)
+    gen_s = time.perf_counter() - start
+    _report(Path(args.report), {"conditions": len(rows), "cells_per_condition": args.predict_cells,
+                                "control_cells": int(len(ctrl)), "load_s": round(load_s, 2),
+                                "generate_s": round(gen_s, 2), "generate_cpu_s": round(_cpu_s() - cpu, 2),
+                                "steps": model.flow["steps"], "method": model.flow["method"],
+                                "negative_values": int((cells < 0).sum()), "rss_gib": _rss_gib()})
+
+
+def _conditions(path: str) -> list[str]:
+    """Perturbation labels of a simulated screen, singles then doubles (``uns['grn']['conditions']`` less ``ctrl``)."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        labels = [x.decode() if isinstance(x, bytes) else str(x) for x in f["uns/grn/conditions"][()]]
+    return [label for label in labels if label != "ctrl"]
+
+
+CHILDREN = {"simulate": child_simulate, "fit": child_fit, "predict": child_predict}
+
+
+# ---------------------------------------------------------------------------------------------------- parent
+def load_average() -> list[float]:
+    """1, 5 and 15 minute load averages of the machine."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def run_child(kind: str, args, extra: list[str], report: Path, log: Path, max_seconds: float) -> dict:
+    """Run one child; return its report with ``wall_s`` (parent-side), ``peak_rss_gib`` and ``cpu_s`` from wait4."""
+    report.unlink(missing_ok=True)
+    env = os.environ | {"OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads),
+                        "OPENBLAS_NUM_THREADS": str(args.threads), "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", kind, "--report", str(report),
+           "--threads", str(args.threads), *extra]
+    before = load_average()
+    start = time.perf_counter()
+    with open(log, "w") as handle:
+        proc = subprocess.Popen(cmd, stdout=handle, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        status, usage, timed_out = None, None, False
+        while status is None:
+            pid, code, ru = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                status, usage = code, ru
+                break
+            if time.perf_counter() - start > max_seconds:
+                timed_out = True
+                os.kill(proc.pid, signal.SIGTERM)
+                try:
+                    _, status, usage = os.wait4(proc.pid, 0)
+                except ChildProcessError:
+                    status = -1
+                break
+            time.sleep(0.5)
+        proc.returncode = os.waitstatus_to_exitcode(status) if status is not None and status >= 0 else -1
+    wall = time.perf_counter() - start
+    result = json.loads(report.read_text()) if report.is_file() else {}
+    result |= {"process_wall_s": round(wall, 2), "load_average_before": before, "load_average_after": load_average()}
+    if usage is not None:
+        result |= {"peak_rss_gib": round(usage.ru_maxrss / GIB, 3),
+                   "process_cpu_s": round(usage.ru_utime + usage.ru_stime, 2)}
+    if timed_out:
+        result["status"] = f"timed out after {max_seconds:.0f} s"
+    elif proc.returncode != 0:
+        tail = log.read_text().strip().splitlines()[-3:] if log.is_file() else []
+        result["status"] = f"failed (exit {proc.returncode}): {' | '.join(tail)}"
+    else:
+        result["status"] = "done"
+    return result
+
+
+def header(args) -> dict:
+    """Run-level fields: the machine, threads, niceness, its load, what each number means."""
+    import torch
+
+    return {"benchmark": "perturbation_scale", "recipe": str(RECIPE.relative_to(ROOT)),
+            "command": "python benchmarks/perturbation_scale.py " + " ".join(sys.argv[1:]),
+            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+                        "torch": torch.__version__, "threads": args.threads, "niceness": os.nice(0)},
+            "screen": {"singles": args.singles, "doubles": args.doubles, "control_share": CONTROL_SHARE,
+                       "seed": args.seed},
+            "predict": {"conditions": args.predict_conditions, "cells": args.predict_cells},
+            "caveat": args.caveat,
+            "units": "seconds (wall unless *_cpu_s), GiB (peak_rss_gib = ru_maxrss of the child process)"}
+
+
+def measure_cell(genes: int, cells: int, args, results: dict, output: Path, work: Path) -> dict:
+    """Simulate (or reuse) the screen of one grid cell, then fit and predict in children; save after each."""
+    name = key(genes, cells)
+    folder = work / name
+    folder.mkdir(parents=True, exist_ok=True)
+    data, model = folder / "screen.h5ad", folder / "model.pt"
+    entry = {"genes": genes, "cells": cells, "status": "running",
+             "screen": screen_config(genes, cells, args.singles, args.doubles, args.seed)}
+    old = results["grid"].get(name, {})
+    if data.is_file() and "simulate" in old and old["simulate"].get("status") == "done":
+        entry["simulate"] = old["simulate"] | {"reused": True}
+    else:
+        data.unlink(missing_ok=True)
+        print(f"{name}: simulating", flush=True)
+        entry["simulate"] = run_child("simulate", args, ["--sim", json.dumps(entry["screen"]), "--data", str(data)],
+                                      folder / "simulate.json", folder / "simulate.log", args.max_seconds)
+    steps = [("fit", ["--data", str(data), "--model", str(model), "--train-steps", str(args.train_steps)]),
+             ("predict", ["--data", str(data), "--model", str(model), "--predict-conditions",
+                          str(args.predict_conditions), "--predict-cells", str(args.predict_cells)])]
+    previous = "simulate"
+    for kind, extra in steps:
+        if entry[previous].get("status") != "done":
+            break
+        previous = kind
+        results["grid"][name] = entry
+        write_json(output, results)
+        print(f"{name}: {kind}", flush=True)
+        entry[kind] = run_child(kind, args, extra, folder / f"{kind}.json", folder / f"{kind}.log", args.max_seconds)
+    failed = [f"{k}: {entry[k]['status']}" for k in ("simulate", "fit", "predict")
+              if k in entry and entry[k].get("status") != "done"]
+    entry["status"] = "measured" if not failed and "predict" in entry else (failed[0] if failed else "incomplete")
+    model.unlink(missing_ok=True)
+    return entry
+
+
+def summary_row(entry: dict) -> dict:
+    """The docs table's fields of a measured grid cell."""
+    fit, pred = entry.get("fit", {}), entry.get("predict", {})
+    return {"setup_s": fit.get("setup", {}).get("wall_s"), "setup_cpu_s": fit.get("setup", {}).get("cpu_s"),
+            "epoch_s_extrapolated": fit.get("train", {}).get("epoch_s_extrapolated"),
+            "predict_s": pred.get("generate_s"), "fit_peak_rss_gib": fit.get("peak_rss_gib"),
+            "predict_peak_rss_gib": pred.get("peak_rss_gib"), "simulate_s": entry.get("simulate", {}).get("wall_s")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure the grid cells of ``--genes`` × ``--cells`` not measured yet (or run one child with ``--child``)."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--genes", type=int, nargs="+", default=list(GENES))
+    p.add_argument("--cells", type=int, nargs="+", default=list(CELLS))
+    p.add_argument("--singles", type=int, default=100)
+    p.add_argument("--doubles", type=int, default=200)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--train-steps", type=int, default=5)
+    p.add_argument("--predict-conditions", type=int, default=100)
+    p.add_argument("--predict-cells", type=int, default=300)
+    p.add_argument("--max-seconds", type=float, default=900.0, help="per child process")
+    p.add_argument("--work", default=str(ROOT / "benchmarks/runs/perturbation_scale"))
+    p.add_argument("--output", default=str(ROOT / "benchmarks/results/perturbation_scale.json"))
+    p.add_argument("--rerun", action="store_true", help="measure grid cells already measured again")
+    p.add_argument("--caveat", default="", help="a note on the machine's load, kept in the JSON")
+    # children
+    p.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
+    p.add_argument("--report", help=argparse.SUPPRESS)
+    p.add_argument("--sim", help=argparse.SUPPRESS)
+    p.add_argument("--data", help=argparse.SUPPRESS)
+    p.add_argument("--model", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        CHILDREN[args.child](args)
+        return 0
+
+    output, work = Path(args.output), Path(args.work)
+    try:
+        results = json.loads(output.read_text()) if output.is_file() else {}
+    except json.JSONDecodeError as err:
+        raise SystemExit(f"error: {output} is not JSON ({err}); move it away first") from None
+    grid = results.get("grid", {})
+    caveat = args.caveat or results.get("caveat", "")
+    args.caveat = caveat
+    results = results | header(args) | {"grid": grid}
+    cells = [(g, n) for g in args.genes for n in args.cells]
+    for g, n in cells:
+        grid.setdefault(key(g, n), {"genes": g, "cells": n, "status": "not run"})
+    write_json(output, results)
+    stopped: list[tuple[int, int]] = []
+    for g, n in sorted(cells, key=lambda c: (c[0] * c[1], c[0])):
+        name = key(g, n)
+        if grid[name].get("status") == "measured" and not args.rerun:
+            print(f"{name}: measured already (--rerun to measure again)", flush=True)
+            continue
+        if any(g >= g0 and n >= n0 for g0, n0 in stopped):
+            print(f"{name}: not run (a smaller grid cell timed out)", flush=True)
+            continue
+        entry = measure_cell(g, n, args, results, output, work)
+        grid[name] = entry
+        write_json(output, results)
+        if entry["status"] == "measured":
+            print(f"{name}: {json.dumps(summary_row(entry))}", flush=True)
+        else:
+            print(f"{name}: {entry['status']}", flush=True)
+            if "timed out" in entry["status"]:
+                stopped.append((g, n))
+    results["table"] = {k: summary_row(v) for k, v in grid.items() if v.get("status") == "measured"}
+    write_json(output, results)
+    print(f"wrote {output}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
