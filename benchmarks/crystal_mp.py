@@ -91,11 +91,10 @@ def composition_baseline(dm, zero_inflated: bool, seed: int = 0) -> dict[str, np
     return out
 
 
-def group_labels(dm) -> dict[str, np.ndarray]:
+def group_labels(structures: list) -> dict[str, np.ndarray]:
     """Group label of every test structure for each grouping of :data:`GROUPS`."""
     from sciml.uq.groups import structure_groups
 
-    structures = [s for b in dm.test_dataloader() for s in graph_structures(b)]
     return {name: structure_groups(name, structures).numpy() for name in GROUPS}
 
 
@@ -135,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
 def measure(ours: Path, cgcnn: Path) -> dict:
     """All models of one target on the shipped model's split."""
     from sciml.crystal.task import datamodule
+    from sciml.uq.groups import hurdle_members
 
     predictor = load_module(ours)
     art_cfg = {"data": predictor_data(ours)}
@@ -142,6 +142,7 @@ def measure(ours: Path, cgcnn: Path) -> dict:
     zero_inflated = predictor.module.zero_inflated
     y = np.array([float(g.y) for g in dm.datasets["test"]])
     loader = dm.test_dataloader()
+    structures = [s for b in loader for s in graph_structures(b)]  # for the calibrator's groups
     runs = {"prdnet (ours)": run_model(predictor.module, loader)}
     if cgcnn.is_file():
         runs["cgcnn"] = run_model(load_module(cgcnn), loader)
@@ -150,7 +151,8 @@ def measure(ours: Path, cgcnn: Path) -> dict:
     runs["train mean"] = {"mean": np.full_like(y, train_y.mean())}
     if zero_inflated:  # the shipped point prediction: inside its interval (HurdleConformal.point)
         p_zero, positive = (torch.as_tensor(runs["prdnet (ours)"][k]) for k in ("p_zero", "positive"))
-        runs["prdnet (ours)"]["mean"] = predictor.calibrator.point(p_zero, positive).numpy()
+        groups = hurdle_members(predictor.calibrator, structures)
+        runs["prdnet (ours)"]["mean"] = predictor.calibrator.point(p_zero, positive, **groups).numpy()
     models = {}
     for name, r in runs.items():
         models[name] = {"mae": float(np.abs(r["mean"] - y).mean())}
@@ -161,7 +163,7 @@ def measure(ours: Path, cgcnn: Path) -> dict:
         if "seconds" in r and name != "composition (gradient boosting)":
             models[name]["structures_per_s"] = len(y) / r["seconds"]
     out = {"n_test": len(y), "split_sizes": dm.split_sizes(), "models": models}
-    out["coverage"] = coverage_report(predictor, dm, runs["prdnet (ours)"], y, zero_inflated)
+    out["coverage"] = coverage_report(predictor, dm, runs["prdnet (ours)"], y, zero_inflated, structures)
     out["domain"] = domain_report(predictor, dm)
     return out
 
@@ -209,13 +211,12 @@ def predictor_data(path: Path) -> dict:
     return yaml.safe_load((path / "config.yaml").read_text())["data"]
 
 
-def coverage_report(predictor, dm, run: dict, y: np.ndarray, zero_inflated: bool) -> dict:
+def coverage_report(predictor, dm, run: dict, y: np.ndarray, zero_inflated: bool, structures: list) -> dict:
     """Test coverage of the shipped calibrator per group, beside plain split conformal on the same calib split."""
     from sciml.uq.groups import hurdle_members, predict_interval
 
-    labels = group_labels(dm)
+    labels = group_labels(structures)
     mean = torch.as_tensor(run["mean"])
-    structures = [s for b in dm.test_dataloader() for s in graph_structures(b)]
     if zero_inflated:
         interval = predictor.calibrator.predict_set(torch.as_tensor(run["p_zero"]), torch.as_tensor(run["positive"]),
                                                     **hurdle_members(predictor.calibrator, structures))

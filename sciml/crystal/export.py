@@ -80,8 +80,9 @@ def model_card(name: str, cfg: dict, metrics: dict, sizes: dict, alpha: float,
         limits.append(f"- Hurdle intervals (`sciml.uq.hurdle`): never below 0; thresholds calibrated on the {label}s "
                       "and on the others separately, so each class is covered, not only the average.")
     if isinstance(metrics.get("group_by"), list):
+        module = "sciml.uq.hurdle_groups" if "test_coverage_zero" in metrics else "sciml.uq.conditional"
         limits.append(f"- Conditional calibration on the groups {', '.join(metrics['group_by'])} (quantile regression "
-                      "on group indicators, `sciml.uq.conditional`): every group with enough calibration structures "
+                      f"on group indicators, `{module}`): every group with enough calibration structures "
                       "is covered at the nominal level, not only the average.")
     elif metrics.get("group_by"):
         limits.append(f"- Mondrian calibration by `{metrics['group_by']}`: the coverage guarantee holds within each "

@@ -39,7 +39,9 @@ def test_band_gap_model_is_never_negative_and_says_p_metal(tmp_path):
     artifact = tmp_path / "artifact"
     assert main(["export", "--ckpt", str(tmp_path / "run" / "checkpoints" / "best.ckpt"), "--calibrate",
                  "--output", str(artifact)]) == 0
-    assert json.loads((artifact / "calibrator.json").read_text())["method"] == "hurdle"
+    calibrator = json.loads((artifact / "calibrator.json").read_text())
+    assert calibrator["method"] == "conditional_hurdle"  # the shipped recipe: per class and per group
+    assert calibrator["group_by"] == ["n_elements", "size_range", "crystal_system"]
     assert (artifact / "domain.json").is_file()  # fitted without a shift subset (hurdle sets have no shift mode)
     metrics = json.loads((artifact / "metadata.json").read_text())["metrics"]
     assert {"test_coverage_zero", "test_coverage_positive", "test_roc_auc_zero"} <= set(metrics)
