@@ -3,7 +3,8 @@
 Each size runs in a fresh Python process (1 thread) that loads the model, builds the supercell of
 ``examples/structures/SrTiO3.cif`` and predicts it with :func:`sciml.crystal.predict.predict` (interval and domain
 p-value included). Reported: atoms, reflections, seconds of the ``predict`` call, and the process's peak resident
-memory (``ru_maxrss``, imports and model included). Writes ``benchmarks/results/crystal_large_cells.json``.
+memory (``ru_maxrss``, imports and model included). Writes ``benchmarks/results/crystal_large_cells.json``, one
+section per model.
 
 Usage::
 
@@ -72,8 +73,9 @@ def main() -> None:
         print(json.dumps(one(args.model, tuple(int(k) for k in args.one.split("x")))))
         return
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    with results_file(RESULTS, header={"model": args.model, "threads": 1, "cell": CELL.name,
-                                       "command": "python benchmarks/crystal_large_cells.py"}, merge=True) as results:
+    with results_file(RESULTS, header={"threads": 1, "cell": CELL.name,
+                                       "command": "python benchmarks/crystal_large_cells.py --model MODEL"},
+                      section=args.model) as results:  # one section per model
         for size in (int(s) for s in args.sizes.split(",")):
             shape = supercell_shape(size)
             out = subprocess.run([sys.executable, __file__, "--model", args.model, "--one", "x".join(map(str, shape))],
