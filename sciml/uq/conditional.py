@@ -21,11 +21,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ._checks import float_list
 from .multigroup import MultiGroupConformal, _check_members
 from .quantile import check_alpha
 from .split import CALIBRATORS
 
-__all__ = ["ConditionalConformal", "quantile_regression"]
+__all__ = ["ConditionalConformal", "coefficients_from_dict", "quantile_regression"]
 
 MIN_MEMBERS = 100  # calibration points a group needs for its own indicator (d/n_g <= 1%)
 
@@ -109,6 +110,37 @@ class ConditionalConformal(MultiGroupConformal):
         phi = torch.cat([torch.ones(len(members), 1, dtype=torch.float64),
                          members[:, self.used_columns()].double()], dim=1)
         return (phi @ theta).clamp_min(0.0)
+
+
+    def to_dict(self) -> dict:
+        """:meth:`MultiGroupConformal.to_dict` plus ``coefficients`` ``{alpha: θ}`` at the default alpha.
+
+        Stored so that loading needs no linear programme.
+        """
+        return super().to_dict() | {"coefficients": {repr(self.alpha): self.coefficients().tolist()}}
+
+    @classmethod
+    def from_dict(cls, d) -> ConditionalConformal:
+        """Rebuild from :meth:`to_dict` output (``coefficients`` optional); ``ValueError`` on a malformed field."""
+        d = dict(d)
+        stored = d.pop("coefficients", {})
+        new = super().from_dict(d)
+        new._theta = coefficients_from_dict(stored, 1 + int(new.used_columns().sum()))
+        return new
+
+
+def coefficients_from_dict(stored, size: int) -> dict[float, Tensor]:
+    """``{alpha: θ}`` float64 tensors of length ``size`` from JSON ``{"0.1": [...]}``; ``ValueError`` otherwise."""
+    if not isinstance(stored, dict):
+        raise ValueError("'coefficients' must map an alpha to a list of numbers")
+    out = {}
+    for key, values in stored.items():
+        alpha = check_alpha(float(key))
+        theta = float_list(values, f"coefficients[{key}]")
+        if len(theta) != size:
+            raise ValueError(f"coefficients[{key}] has {len(theta)} values, the calibrator's groups need {size}")
+        out[alpha] = torch.tensor(theta, dtype=torch.float64)
+    return out
 
 
 CALIBRATORS[ConditionalConformal.method] = ConditionalConformal

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from ._checks import check_calibrator_dict, float_list
-from .conditional import MIN_MEMBERS, quantile_regression
+from .conditional import MIN_MEMBERS, coefficients_from_dict, quantile_regression
 from .hurdle import MAX_ROUNDS, HurdleConformal, _q_scores
 from .multigroup import _check_members, members_from_lists, members_to_lists
 from .quantile import check_alpha
@@ -95,7 +95,7 @@ class ConditionalHurdleConformal(HurdleConformal):
     def _fit_thresholds(self, alpha: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         zero = self.y <= 0
         pos = ~zero
-        used_q, used_t = (self.members[rows].sum(0) >= MIN_MEMBERS for rows in (pos, zero))
+        used_q, used_t = self._used()
         phi_q, phi_t = self._phi(self.members, used_q), self._phi(self.members, used_t)
         theta_q, theta_t = (torch.zeros(phi.shape[1], dtype=torch.float64) for phi in (phi_q, phi_t))
         t = torch.full_like(self.y, 0.5)
@@ -139,19 +139,38 @@ class ConditionalHurdleConformal(HurdleConformal):
         return tuple(x[0] for x in self.point_thresholds(torch.zeros(1, self.members.shape[1], dtype=torch.bool),
                                                          alpha))
 
+    def _used(self) -> tuple[Tensor, Tensor]:
+        zero = self.y <= 0
+        return tuple(self.members[rows].sum(0) >= MIN_MEMBERS for rows in (~zero, zero))
+
     def to_dict(self) -> dict[str, Any]:
-        """JSON: the plain hurdle's fields plus ``group_by``, ``columns`` and ``members`` (group indices per row)."""
+        """JSON: the plain hurdle's fields plus ``group_by``, ``columns`` and ``members`` (group indices per row).
+
+        And ``coefficients`` ``{"q"|"t": {alpha: θ}}`` at the default alpha, so that loading needs no linear programme.
+        """
+        theta_q, _, theta_t, _ = self.coefficients()
         return super().to_dict() | {"group_by": self.group_by, "columns": [list(c) for c in self.columns],
-                                    "members": members_to_lists(self.members)}
+                                    "members": members_to_lists(self.members),
+                                    "coefficients": {"q": {repr(self.alpha): theta_q.tolist()},
+                                                     "t": {repr(self.alpha): theta_t.tolist()}}}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ConditionalHurdleConformal:
-        """Rebuild from :meth:`to_dict` output; ``ValueError`` on any malformed field."""
+        """Rebuild from :meth:`to_dict` output (``coefficients`` optional); ``ValueError`` on a malformed field."""
+        d = dict(d)
+        stored = d.pop("coefficients", {"q": {}, "t": {}})
         check_calibrator_dict(d, {"method", "alpha", "p_zero", "value", "y", "group_by", "columns", "members"},
                               cls.method)
         data = [torch.tensor(float_list(d[k], k), dtype=torch.float64) for k in ("p_zero", "value", "y")]
         members, columns = members_from_lists(d["members"], d["columns"], len(data[0]))
-        return cls(alpha=d["alpha"], group_by=d["group_by"]).fit(*data, members, columns)
+        new = cls(alpha=d["alpha"], group_by=d["group_by"]).fit(*data, members, columns)
+        if not isinstance(stored, dict) or set(stored) != {"q", "t"}:
+            raise ValueError("'coefficients' must hold 'q' and 't', each mapping an alpha to a list of numbers")
+        used_q, used_t = new._used()
+        theta_q = coefficients_from_dict(stored["q"], 1 + int(used_q.sum()))
+        theta_t = coefficients_from_dict(stored["t"], 1 + int(used_t.sum()))
+        new._fits = {a: (theta_q[a], used_q, theta_t[a], used_t) for a in theta_q.keys() & theta_t.keys()}
+        return new
 
 
 CALIBRATORS[ConditionalHurdleConformal.method] = ConditionalHurdleConformal

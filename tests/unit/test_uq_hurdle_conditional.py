@@ -152,3 +152,29 @@ def test_grouped_hurdle_needs_memberships():
         cal.predict_set(p_zero, value, members=members[:, :2])
     with pytest.raises(ValueError, match="no groups"):
         HurdleConformal(ALPHA).fit(p_zero, value, y).predict_set(p_zero, value, members=members)
+
+
+def test_loaded_conditional_calibrators_solve_no_linear_programme(monkeypatch):
+    import sciml.uq.conditional as conditional
+    import sciml.uq.hurdle_groups as hurdle_groups
+
+    gen = torch.Generator().manual_seed(6)
+    p_zero, value, y, members = _grouped_zero_inflated(2000, gen)
+    columns = [("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 1)]
+    hurdle = ConditionalHurdleConformal(ALPHA, ["a", "b"]).fit(p_zero, value, y, members, columns)
+    scores, _ = _grouped(2000, gen)
+    plain = ConditionalConformal(alpha=ALPHA).fit(scores, members, columns)
+    saved = [hurdle.to_dict(), plain.to_dict()]
+    expected = [hurdle.predict_set(p_zero, value, members=members).upper, plain.threshold(members)]
+
+    def refuse(*args):
+        raise AssertionError("a loaded calibrator solved a linear programme at its default alpha")
+
+    monkeypatch.setattr(conditional, "quantile_regression", refuse)
+    monkeypatch.setattr(hurdle_groups, "quantile_regression", refuse)
+    loaded = [calibrator_from_dict(d) for d in saved]
+    assert torch.equal(loaded[0].predict_set(p_zero, value, members=members).upper, expected[0])
+    assert torch.equal(loaded[1].threshold(members), expected[1])
+    bad = dict(saved[1], coefficients={"0.1": [0.0]})
+    with pytest.raises(ValueError, match="coefficients"):
+        calibrator_from_dict(bad)
