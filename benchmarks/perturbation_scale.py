@@ -29,11 +29,15 @@ measured; a rerun skips grid cells already measured (``--rerun`` measures them a
 that exceeds ``--max-seconds`` is stopped (its own PID only) and its grid cell is recorded as ``timed out`` with the
 phases it finished; grid cells at least as large in both genes and cells are then not started.
 
+With ``--accuracy 1000``, instead of the grid: the recipe's accuracy on the seeded screen of
+``configs/perturbation/grn_1000.yaml`` (:func:`accuracy`) → ``benchmarks/results/perturbation_scale_accuracy.json``.
+
 Usage::
 
     nice -n 10 python benchmarks/perturbation_scale.py [--genes 500 1000] [--cells 10000] [--threads 1]
         [--train-steps 5] [--max-seconds 900] [--work benchmarks/runs/perturbation_scale]
         [--output benchmarks/results/perturbation_scale.json] [--rerun]
+    nice -n 10 python benchmarks/perturbation_scale.py --accuracy 1000 [--epochs 6]
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _results import write_json  # noqa: E402  (benchmarks/_results.py: atomic writes)
+from _results import merge_results, write_json  # noqa: E402  (benchmarks/_results.py: atomic writes)
 
 RECIPE = ROOT / "configs/perturbation/grn_default.yaml"
 GENES = (500, 1000, 2000, 5000)
@@ -145,6 +149,12 @@ def child_fit(args) -> None:
                      out["phases"].pop("read_screen"), "prior_choice": out["phases"].pop("resolve"), **out["phases"]}
     _report(report, out)
 
+    start = time.perf_counter()
+    with torch.no_grad():
+        model.prior_tables()  # computed on first use: the singles' empirical-Bayes posterior means (ash_by_row)
+    out["setup"]["prior_tables_s"] = round(time.perf_counter() - start, 2)
+    _report(report, out)
+
     optim = cfg["model"].get("optim", {})
     opt = torch.optim.AdamW(model.parameters(), lr=optim.get("lr", 2e-3), weight_decay=optim.get("weight_decay", 0))
     clip = float(cfg.get("trainer", {}).get("gradient_clip_val") or 0)
@@ -163,24 +173,31 @@ def child_fit(args) -> None:
         steps.append(time.perf_counter() - start)
     train_cpu = _cpu_s() - cpu
     model.eval()
+    batches = dm.loader("val")
+    timed = min(args.val_batches, len(batches))
     start = time.perf_counter()
     with torch.no_grad():
-        for batch in dm.loader("val"):
+        for i, batch in enumerate(batches):
+            if i == timed:
+                break
             model.losses(batch)
             model.sample(batch["x_ctrl"], batch["pert_genes"], model.flow["val_steps"], "euler")
-    val_s = time.perf_counter() - start
+    val_timed_s = time.perf_counter() - start
+    val_s = val_timed_s * len(batches) / max(timed, 1)
     per_epoch = int(cfg["data"].get("steps_per_epoch", 100))
     later = steps[1:] or steps
     step_s = float(np.median(later))
     out["train"] = {"steps_timed": len(steps), "first_step_s": round(steps[0], 3), "step_s_median": round(step_s, 3),
                     "steps_wall_s": round(time.perf_counter() - start_all - val_s, 2),
                     "steps_cpu_s": round(train_cpu, 2),
-                    "val_conditions": len(dm.conditions["val"]), "val_pass_s": round(val_s, 2),
+                    "val_conditions": len(dm.conditions["val"]), "val_batches": len(batches),
+                    "val_batches_timed": timed, "val_timed_s": round(val_timed_s, 2), "val_pass_s": round(val_s, 2),
                     "steps_per_epoch": per_epoch, "epoch_s_extrapolated": round(per_epoch * step_s + val_s, 1),
                     "epochs_of_recipe": int(cfg["trainer"]["max_epochs"]),
                     "fit_s_extrapolated": round(int(cfg["trainer"]["max_epochs"]) * (per_epoch * step_s + val_s), 1),
-                    "how": "epoch = steps_per_epoch x median timed step (first step excluded) + one timed val pass; "
-                           "extrapolated, not a timed epoch", "rss_gib": _rss_gib()}
+                    "how": "epoch = steps_per_epoch x median timed step (first step excluded) + one val pass "
+                           "(val_timed_s x val_batches / val_batches_timed); extrapolated, not a timed epoch",
+                    "rss_gib": _rss_gib()}
     torch.save({"hparams": dict(model.hparams), "state_dict": model.state_dict()}, args.model)
     _report(report, out)
 
@@ -205,14 +222,25 @@ def child_predict(args) -> None:
     index = {g: i for i, g in enumerate(model.config["genes"])}
     rows = [gene_indices(parse_condition(label), index) for label in labels]
     load_s = time.perf_counter() - start
+    start = time.perf_counter()
+    with torch.no_grad():
+        model.prior_tables()  # the singles' empirical-Bayes posterior means, computed on first use
+    prior_s = time.perf_counter() - start
+    timed = min(args.predict_timed or len(rows), len(rows))
     start, cpu = time.perf_counter(), _cpu_s()
-    cells = generate(model, ctrl, rows, args.predict_cells, seed=0)
+    cells = generate(model, ctrl, rows[:timed], args.predict_cells, seed=0)
     gen_s = time.perf_counter() - start
-    _report(Path(args.report), {"conditions": len(rows), "cells_per_condition": args.predict_cells,
-                                "control_cells": int(len(ctrl)), "load_s": round(load_s, 2),
-                                "generate_s": round(gen_s, 2), "generate_cpu_s": round(_cpu_s() - cpu, 2),
-                                "steps": model.flow["steps"], "method": model.flow["method"],
-                                "negative_values": int((cells < 0).sum()), "rss_gib": _rss_gib()})
+    scale = len(rows) / timed
+    _report(Path(args.report), {
+        "conditions": len(rows), "cells_per_condition": args.predict_cells, "conditions_timed": timed,
+        "control_cells": int(len(ctrl)), "load_s": round(load_s, 2), "prior_tables_s": round(prior_s, 2),
+        "generate_timed_s": round(gen_s, 2), "generate_timed_cpu_s": round(_cpu_s() - cpu, 2),
+        "generate_s": round(gen_s * scale, 2), "total_s": round(load_s + prior_s + gen_s * scale, 2),
+        "how": "exact" if timed == len(rows) else
+               f"generate_s = generate_timed_s x {len(rows)}/{timed} (extrapolated: conditions are generated one "
+               "call per condition of 300 cells, independently)",
+        "steps": model.flow["steps"], "method": model.flow["method"],
+        "negative_values": int((cells < 0).sum()), "rss_gib": _rss_gib()})
 
 
 def _conditions(path: str) -> list[str]:
@@ -291,7 +319,8 @@ def header(args) -> dict:
             "units": "seconds (wall unless *_cpu_s), GiB (peak_rss_gib = ru_maxrss of the child process)"}
 
 
-def measure_cell(genes: int, cells: int, args, results: dict, output: Path, work: Path) -> dict:
+def measure_cell(genes: int, cells: int, args, results: dict, output: Path, work: Path,
+                 skip: frozenset = frozenset()) -> dict:
     """Simulate (or reuse) the screen of one grid cell, then fit and predict in children; save after each."""
     name = key(genes, cells)
     folder = work / name
@@ -300,29 +329,39 @@ def measure_cell(genes: int, cells: int, args, results: dict, output: Path, work
     entry = {"genes": genes, "cells": cells, "status": "running",
              "screen": screen_config(genes, cells, args.singles, args.doubles, args.seed)}
     old = results["grid"].get(name, {})
-    if data.is_file() and "simulate" in old and old["simulate"].get("status") == "done":
+    if data.is_file() and old.get("simulate", {}).get("status") == "done":
         entry["simulate"] = old["simulate"] | {"reused": True}
     else:
         data.unlink(missing_ok=True)
         print(f"{name}: simulating", flush=True)
         entry["simulate"] = run_child("simulate", args, ["--sim", json.dumps(entry["screen"]), "--data", str(data)],
                                       folder / "simulate.json", folder / "simulate.log", args.max_seconds)
-    steps = [("fit", ["--data", str(data), "--model", str(model), "--train-steps", str(args.train_steps)]),
+    steps = [("fit", ["--data", str(data), "--model", str(model), "--train-steps", str(args.train_steps),
+                    "--val-batches", str(args.val_batches)]),
              ("predict", ["--data", str(data), "--model", str(model), "--predict-conditions",
-                          str(args.predict_conditions), "--predict-cells", str(args.predict_cells)])]
+                          str(args.predict_conditions), "--predict-cells", str(args.predict_cells),
+                          "--predict-timed", str(args.predict_timed)])]
     previous = "simulate"
     for kind, extra in steps:
         if entry[previous].get("status") != "done":
             break
         previous = kind
+        if kind in skip:
+            entry[kind] = {"status": "not run (timed out on a smaller grid cell)"}
+            break
         results["grid"][name] = entry
         write_json(output, results)
+        if kind == "fit" and model.is_file() and old.get("fit", {}).get("status") == "done" \
+                and entry["simulate"].get("reused"):
+            entry["fit"] = old["fit"] | {"reused": True}  # a run killed during predict: its fit is kept
+            continue
         print(f"{name}: {kind}", flush=True)
         entry[kind] = run_child(kind, args, extra, folder / f"{kind}.json", folder / f"{kind}.log", args.max_seconds)
     failed = [f"{k}: {entry[k]['status']}" for k in ("simulate", "fit", "predict")
               if k in entry and entry[k].get("status") != "done"]
     entry["status"] = "measured" if not failed and "predict" in entry else (failed[0] if failed else "incomplete")
-    model.unlink(missing_ok=True)
+    if entry["status"] == "measured":
+        model.unlink(missing_ok=True)
     return entry
 
 
@@ -330,9 +369,49 @@ def summary_row(entry: dict) -> dict:
     """The docs table's fields of a measured grid cell."""
     fit, pred = entry.get("fit", {}), entry.get("predict", {})
     return {"setup_s": fit.get("setup", {}).get("wall_s"), "setup_cpu_s": fit.get("setup", {}).get("cpu_s"),
+            "prior_tables_s": fit.get("setup", {}).get("prior_tables_s"),
             "epoch_s_extrapolated": fit.get("train", {}).get("epoch_s_extrapolated"),
-            "predict_s": pred.get("generate_s"), "fit_peak_rss_gib": fit.get("peak_rss_gib"),
+            "predict_s": pred.get("total_s"), "generate_s": pred.get("generate_s"),
+            "fit_peak_rss_gib": fit.get("peak_rss_gib"),
             "predict_peak_rss_gib": pred.get("peak_rss_gib"), "simulate_s": entry.get("simulate", {}).get("wall_s")}
+
+
+def accuracy(genes: int, args) -> dict:
+    """The recipe's accuracy on the seeded screen of ``configs/perturbation/grn_<genes>.yaml`` (``--accuracy``).
+
+    The case of ``benchmarks/perturbation.py`` (:func:`run_case`: train, additive fallback on val, every baseline
+    on the same split, held-out doubles scored against the ground truth) with ``--epochs`` training epochs, without
+    cell-eval; ``done_when`` holds the targets: MSE ≤ 0.75 × additive, no double over 2 × additive, no negative value.
+    """
+    import perturbation as bench  # benchmarks/perturbation.py
+    import torch
+
+    from sciml.cli.config import load_config
+    from sciml.perturbation.data.anndata_io import write_h5ad
+    from sciml.perturbation.sim.simulate import read_ground_truth, simulate
+
+    torch.set_num_threads(args.threads)
+    folder = Path(args.work) / f"accuracy_{genes}"
+    folder.mkdir(parents=True, exist_ok=True)
+    sim_cfg = load_config(ROOT / "configs" / "perturbation" / f"grn_{genes}.yaml")["grn"] | {"seed": args.seed}
+    path = folder / "screen.h5ad"
+    start = time.perf_counter()
+    adata = simulate(sim_cfg)
+    write_h5ad(adata, path)
+    sim_s = time.perf_counter() - start
+    truth = read_ground_truth(adata)
+    del adata
+    cfg = bench.seeded_case(load_config(RECIPE), path, args.seed)
+    cfg["threads"] = args.threads
+    cfg["trainer"]["max_epochs"] = args.epochs
+    start = time.perf_counter()
+    case = bench.run_case(f"grn/{genes}", cfg, folder / "run", 200, float(cfg["calibration"]["alpha"]), truth,
+                          cell_eval=False)
+    case |= {"setting": f"grn_{genes}", "fraction_interacting": truth["fraction_interacting"]}
+    return {"config": f"configs/perturbation/grn_{genes}.yaml", "simulate_s": round(sim_s, 1),
+            "case_s": round(time.perf_counter() - start, 1), "epochs": args.epochs,
+            "recipe_epochs": int(load_config(RECIPE)["trainer"]["max_epochs"]),
+            "done_when": bench.done_when({"grn": [case]})["grn"][0], "case": case}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -347,11 +426,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--train-steps", type=int, default=5)
     p.add_argument("--predict-conditions", type=int, default=100)
     p.add_argument("--predict-cells", type=int, default=300)
+    p.add_argument("--predict-timed", type=int, default=5, help="conditions timed; the rest extrapolated (0: all)")
+    p.add_argument("--val-batches", type=int, default=1, help="val batches timed; the pass extrapolated")
     p.add_argument("--max-seconds", type=float, default=900.0, help="per child process")
     p.add_argument("--work", default=str(ROOT / "benchmarks/runs/perturbation_scale"))
     p.add_argument("--output", default=str(ROOT / "benchmarks/results/perturbation_scale.json"))
     p.add_argument("--rerun", action="store_true", help="measure grid cells already measured again")
     p.add_argument("--caveat", default="", help="a note on the machine's load, kept in the JSON")
+    p.add_argument("--accuracy", type=int, nargs="+", default=None, metavar="GENES",
+                   help="instead of the grid: the recipe's accuracy on configs/perturbation/grn_<GENES>.yaml")
+    p.add_argument("--epochs", type=int, default=6, help="training epochs of --accuracy")
     # children
     p.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
     p.add_argument("--report", help=argparse.SUPPRESS)
@@ -361,6 +445,17 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.child:
         CHILDREN[args.child](args)
+        return 0
+    if args.accuracy:
+        output = Path(args.output.replace(".json", "_accuracy.json") if args.output.endswith("scale.json")
+                      else args.output)
+        for genes in args.accuracy:
+            result = accuracy(genes, args) | {"caveat": args.caveat, "threads": args.threads,
+                                               "command": "python benchmarks/perturbation_scale.py "
+                                                          + " ".join(sys.argv[1:])}
+            merge_results(output, {f"grn_{genes}": result})
+            print(f"grn_{genes}: {json.dumps(result['done_when'], default=float)}", flush=True)
+        print(f"wrote {output}", flush=True)
         return 0
 
     output, work = Path(args.output), Path(args.work)
@@ -376,25 +471,26 @@ def main(argv: list[str] | None = None) -> int:
     for g, n in cells:
         grid.setdefault(key(g, n), {"genes": g, "cells": n, "status": "not run"})
     write_json(output, results)
-    stopped: list[tuple[int, int]] = []
+    stopped: list[tuple[int, int, str]] = []  # (genes, cells, phase) that timed out
     for g, n in sorted(cells, key=lambda c: (c[0] * c[1], c[0])):
         name = key(g, n)
         if grid[name].get("status") == "measured" and not args.rerun:
             print(f"{name}: measured already (--rerun to measure again)", flush=True)
             continue
-        if any(g >= g0 and n >= n0 for g0, n0 in stopped):
+        skip = frozenset(k for g0, n0, k in stopped if g >= g0 and n >= n0)
+        if "simulate" in skip:
             print(f"{name}: not run (a smaller grid cell timed out)", flush=True)
             continue
-        entry = measure_cell(g, n, args, results, output, work)
+        entry = measure_cell(g, n, args, results, output, work, skip)
         grid[name] = entry
         write_json(output, results)
         if entry["status"] == "measured":
             print(f"{name}: {json.dumps(summary_row(entry))}", flush=True)
         else:
             print(f"{name}: {entry['status']}", flush=True)
-            if "timed out" in entry["status"]:
-                stopped.append((g, n))
-    results["table"] = {k: summary_row(v) for k, v in grid.items() if v.get("status") == "measured"}
+            stopped += [(g, n, k) for k in ("simulate", "fit", "predict")
+                        if "timed out after" in entry.get(k, {}).get("status", "")]
+    results["table"] = {k: summary_row(v) for k, v in grid.items() if v.get("fit", {}).get("status") == "done"}
     write_json(output, results)
     print(f"wrote {output}", flush=True)
     return 0

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-TINY = ["--singles", "6", "--doubles", "8", "--predict-conditions", "5", "--predict-cells", "20",
-        "--train-steps", "2"]
+TINY = ["--singles", "6", "--doubles", "8", "--predict-conditions", "6", "--predict-timed", "2",
+        "--predict-cells", "20", "--train-steps", "2"]
 
 
 @pytest.fixture(scope="module")
@@ -26,10 +26,12 @@ def test_a_tiny_grid_is_measured_resumed_and_never_filled_in(bench, tmp_path):
     assert cell["status"] == "measured" and data["caveat"] == "test machine"
     assert cell["fit"]["setup"]["wall_s"] > 0 and cell["fit"]["train"]["epoch_s_extrapolated"] > 0
     assert "extrapolated" in cell["fit"]["train"]["how"]
-    assert cell["predict"]["conditions"] == 5 and cell["predict"]["generate_s"] > 0
+    pred = cell["predict"]
+    assert pred["conditions"] == 6 and pred["conditions_timed"] == 2 and "extrapolated" in pred["how"]
+    assert pred["generate_s"] == pytest.approx(3 * pred["generate_timed_s"], abs=0.02)
     assert cell["predict"]["negative_values"] == 0
     assert 0 < cell["fit"]["peak_rss_gib"] < 8 and 0 < cell["predict"]["peak_rss_gib"] < 8
-    assert data["table"]["50x500"]["predict_s"] == cell["predict"]["generate_s"]
+    assert data["table"]["50x500"]["predict_s"] == cell["predict"]["total_s"]
 
     # rerun on a larger grid: the measured cell is kept as it was, a child past its time limit is stopped and
     # recorded, and what is larger in genes and cells is not started; nothing unmeasured gets a number
