@@ -42,3 +42,15 @@ def test_merge_refuses_a_file_that_is_not_an_object(results, tmp_path):
     with pytest.raises(SystemExit, match="does not hold a JSON object"):
         results.merge_results(path, {"a": 1})
     assert path.read_text() == "[1, 2]"
+
+
+def test_crystal_mp_tables_follow_the_results(load_benchmark):
+    tables = load_benchmark("crystal_mp_tables")
+    results = json.loads(tables.RESULTS.read_text())
+    text = tables.markdown(results)
+    ours = results["formation_energy_per_atom"]["models"]["prdnet (ours)"]["mae"]
+    assert f"| prdnet (ours) | {ours:.4f} |" in text
+    assert "(published, not our run)" in text  # anchors are labelled, never shown as our runs
+    rows = sum(g.startswith("crystal_system=") for t in ("formation_energy_per_atom", "band_gap")
+               for g in results[t]["coverage"]["groups"])
+    assert text.count("| crystal_system=") == rows  # one row per group of each target
