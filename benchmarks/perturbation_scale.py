@@ -310,7 +310,6 @@ def header(args) -> dict:
     import torch
 
     return {"benchmark": "perturbation_scale", "recipe": str(RECIPE.relative_to(ROOT)),
-            "command": "python benchmarks/perturbation_scale.py " + " ".join(sys.argv[1:]),
             "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
                         "torch": torch.__version__, "threads": args.threads, "niceness": os.nice(0)},
             "screen": {"singles": args.singles, "doubles": args.doubles, "control_share": CONTROL_SHARE,
@@ -548,7 +547,10 @@ def main(argv: list[str] | None = None) -> int:
     grid = results.get("grid", {})
     caveat = args.caveat or results.get("caveat", "")
     args.caveat = caveat
-    results = results | header(args) | {"grid": grid}
+    command = "python benchmarks/perturbation_scale.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    commands = [c for c in results.get("commands", []) if c != command] + [command]  # every run that wrote here
+    results.pop("command", None)
+    results = results | header(args) | {"commands": commands, "grid": grid}
     cells = [(g, n) for g in args.genes for n in args.cells]
     for g, n in cells:
         grid.setdefault(key(g, n), {"genes": g, "cells": n, "status": "not run"})

@@ -42,3 +42,4 @@ def test_a_tiny_grid_is_measured_resumed_and_never_filled_in(bench, tmp_path):
     assert again["grid"]["70x400"] == {"genes": 70, "cells": 400, "status": "not run"}
     assert again["grid"]["70x500"] == {"genes": 70, "cells": 500, "status": "not run"}
     assert set(again["table"]) == {"50x500"}
+    assert len(again["commands"]) == 2  # both runs that wrote the file
