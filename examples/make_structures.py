@@ -1,5 +1,7 @@
-"""Write the example structures in ``examples/structures/``: ideal cubic ABX3 perovskites, one per format, and
-ordinary crystals (a salt, two semiconductors, a battery cathode, a metal alloy) as CIF.
+"""Write the example structures in ``examples/structures/``.
+
+Ideal cubic ABX3 perovskites, one per format, and ordinary crystals (a salt, two semiconductors, a battery cathode,
+a metal alloy) as CIF.
 
 The perovskites are built here from lattice constants (Å, approximate room-temperature pseudo-cubic values)
 with pymatgen: A at the corner (0, 0, 0), B at the body centre (½, ½, ½), X at the three face centres.

@@ -118,8 +118,10 @@ def infinite_interval_note(sizes: Sequence[int], alpha: float, items: str = "cal
 
 
 def calibration_sizes(calibrator) -> list[int]:
-    """Calibration scores per calibration set: ``[n]`` (split, conditional), one per group (Mondrian, multigroup),
-    ``[zeros, positives]`` (hurdle, also per group)."""
+    """Calibration scores per calibration set.
+
+    ``[n]`` (split, conditional), one per group (Mondrian, multigroup), ``[zeros, positives]`` (hurdle, also per group).
+    """
     if calibrator.method in ("hurdle", "conditional_hurdle"):
         return [int((calibrator.y <= 0).sum()), int((calibrator.y > 0).sum())]
     if hasattr(calibrator, "counts"):  # MondrianConformal

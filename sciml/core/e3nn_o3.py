@@ -2,8 +2,9 @@
 
 e3nn 0.5–0.6 decorates one function (``change_basis_real_to_complex``) with ``@torch.compiler.disable``, which
 imports ``torch._dynamo`` when the decorator runs, i.e. at ``import e3nn.o3``: about a second of start-up for
-every command that loads an equivariant model (``benchmarks/startup.py``), and nothing in sciml compiles. Here e3nn is imported with that decorator deferred: the decorated function runs as is while
-``torch._dynamo`` is not loaded (nothing can then be tracing it) and through ``torch._dynamo.disable`` once it is,
+every command that loads an equivariant model (``benchmarks/startup.py``), and nothing in sciml compiles. Here e3nn
+is imported with that decorator deferred: the decorated function runs as is while ``torch._dynamo`` is not loaded
+(nothing can then be tracing it) and through ``torch._dynamo.disable`` once it is,
 so ``torch.compile`` still sees the graph break e3nn asks for.
 
 Use ``from sciml.core.e3nn_o3 import o3`` where a module would write ``from e3nn import o3`` (and ``e3nn_nn`` for
