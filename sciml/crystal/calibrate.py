@@ -150,6 +150,10 @@ def recalibrate(model: str | Path, data: str | Path, method: str = "split", alph
     start = time.perf_counter()
     predictor = load_model(model)
     old = predictor.calibrator
+    if predictor.module.zero_inflated:
+        raise ValueError(f"{model}: a zero-inflated model (hurdle intervals for '{predictor.target['name']}') cannot "
+                         "be recalibrated here; re-export it with `sciml export --calibrate` on a run config whose "
+                         "data.path holds the new labelled structures")
     score = score or getattr(old, "score_name", "absolute")
     table = read_labelled(data, target or predictor.target["name"])
     fit_idx, hold_idx = _split(len(table), holdout, seed)

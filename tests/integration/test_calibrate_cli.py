@@ -143,3 +143,16 @@ def test_unknown_group_function(model: Path, data: Path, capsys) -> None:
     assert main(["calibrate", "--model", str(model), "--data", str(data), "--method", "multigroup",
                  "--group-by", "crystal_system,colour"]) == 2
     assert "unknown group function" in capsys.readouterr().err
+
+
+def test_zero_inflated_model_is_refused_in_one_line(tmp_path: Path, data: Path, capsys) -> None:
+    """A band-gap (hurdle) model is not silently given a plain calibrator: one line says how to recalibrate it."""
+    shipped = SHIPPED.parent / "mp-band-gap"
+    if not shipped.is_dir():
+        pytest.skip("shipped artifact checkpoints/mp-band-gap is absent")
+    model = Path(shutil.copytree(shipped, tmp_path / "gap"))
+    before = _sha(model / "calibrator.json")
+    assert main(["calibrate", "--model", str(model), "--data", str(data), "--target", "heat_all"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and "zero-inflated" in err and "sciml export --calibrate" in err
+    assert "\n" not in err and _sha(model / "calibrator.json") == before
