@@ -471,12 +471,13 @@ def _fmt(value, unit: str = "s") -> str:
 def markdown_table(results: dict) -> str:
     """The docs table of a results file: one row per grid cell, ``not run`` where nothing was measured."""
     lines = ["| genes | cells | simulate | set-up (wall / CPU) | singles' shrinkage | per epoch (extrapolated) | "
-             "12 epochs (extrapolated) | predict 100 × 300 | peak RSS fit / predict |", "|" + "---|" * 9]
+             "12 epochs (extrapolated) | predict 100 × 300 | peak RSS fit / predict | load during fit |",
+             "|" + "---|" * 10]
     for e in sorted(results["grid"].values(), key=lambda v: (v["genes"], v["cells"])):
         head = f"| {e['genes']:,} | {e['cells']:,} |"
         fit, pred, sim = e.get("fit", {}), e.get("predict", {}), e.get("simulate", {})
         if sim.get("status") != "done":
-            lines.append(head + f" {sim.get('status', e['status'])} |" + " |" * 7)
+            lines.append(head + f" {sim.get('status', e['status'])} |" + " |" * 8)
             continue
         setup, train = fit.get("setup", {}), fit.get("train", {})
         cells = [_fmt(sim.get("wall_s"))]
@@ -487,6 +488,8 @@ def markdown_table(results: dict) -> str:
             cells += [fit.get("status", "not run")] + ["–"] * 3
         cells.append(_fmt(pred.get("total_s")) if pred.get("status") == "done" else pred.get("status", "not run"))
         cells.append(f"{_fmt(fit.get('peak_rss_gib'), 'GiB')} / {_fmt(pred.get('peak_rss_gib'), 'GiB')}")
+        load = [fit.get("load_average_before", [None])[0], fit.get("load_average_after", [None])[0]]
+        cells.append("–" if None in load else f"{load[0]:.1f}–{load[1]:.1f}")
         lines.append(head + " " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
