@@ -88,7 +88,8 @@ def test_models_lists_every_shipped_model_with_family_target_data_domain(capsys)
     assert "56 elements" in perov["domain"] and "p <= 0.05" in perov["domain"]
     grn = listed["grn-default"]
     assert grn["family"] == "perturbation" and "20 of them perturbed" in grn["domain"]
-    assert listed["organic-pbe-def2svp"]["domain"].startswith("4 elements (H C N O)")
+    organic = listed["organic-pbe-def2svp"]["domain"]
+    assert organic.startswith("4 elements (H C N O), molecules of 2-18 atoms (0-10 heavy)")
     assert listed["si-c-pbe-gth"]["family"] == "hamiltonian"
     assert main(["models"]) == 0
     text = capsys.readouterr().out

@@ -116,7 +116,11 @@ def _vocabulary(meta: dict) -> str:
     if not elements:
         return "elements not recorded in metadata.json (see the model card)"
     shown = " ".join(elements) if len(elements) <= 12 else f"{' '.join(elements[:6])} ... {' '.join(elements[-3:])}"
-    return f"{len(elements)} element{'s' if len(elements) > 1 else ''} ({shown})"
+    sizes = meta.get("training_domain") if isinstance(meta.get("training_domain"), dict) else {}
+    atoms, heavy = sizes.get("n_atoms"), sizes.get("n_heavy_atoms")
+    extent = (f", molecules of {atoms[0]}-{atoms[1]} atoms ({heavy[0]}-{heavy[1]} heavy)"
+              if isinstance(atoms, list) and isinstance(heavy, list) and len(atoms) == len(heavy) == 2 else "")
+    return f"{len(elements)} element{'s' if len(elements) > 1 else ''} ({shown}){extent}"
 
 
 def _domain(meta: dict) -> str:
