@@ -27,7 +27,7 @@ from .quantile import check_alpha, conformal_quantile
 from .sets import Interval
 from .split import CALIBRATORS
 
-__all__ = ["HurdleConformal"]
+__all__ = ["HurdleConformal", "hurdle_interval"]
 
 MAX_ROUNDS = 20
 
@@ -40,6 +40,13 @@ def _q_scores(p_zero: Tensor, value: Tensor, y: Tensor, t: Tensor) -> Tensor:
 def _t_scores(p_zero: Tensor, value: Tensor, q: Tensor) -> Tensor:
     """Nonconformity of each zero: ``-p₀``, or ``-inf`` when ``v <= q`` (covered whatever ``t``)."""
     return torch.where(value <= q, torch.full_like(p_zero, -torch.inf), -p_zero)
+
+
+def hurdle_interval(p_zero: Tensor, value: Tensor, t: Tensor, q: Tensor) -> Interval:
+    """The set of the module docstring for ``p₀``, ``v`` ``(m,)`` and thresholds ``t``, ``q`` (0-dim or ``(m,)``)."""
+    value = value.to(torch.float64)
+    lower = torch.where(p_zero.to(torch.float64) >= t, torch.zeros_like(value), (value - q).clamp_min(0.0))
+    return Interval(lower, value + q)
 
 
 class HurdleConformal(nn.Module):
@@ -100,10 +107,7 @@ class HurdleConformal(nn.Module):
         """
         if members is not None:
             raise ValueError("HurdleConformal has no groups; members must be None")
-        t, q = self.thresholds(alpha)
-        value = value.to(torch.float64)
-        lower = torch.where(p_zero.to(torch.float64) >= t, torch.zeros_like(value), (value - q).clamp_min(0.0))
-        return Interval(lower, value + q)
+        return hurdle_interval(p_zero, value, *self.thresholds(alpha))
 
     def point(self, p_zero: Tensor, value: Tensor, alpha: float | None = None, members: None = None) -> Tensor:
         """Point prediction inside the set, ``(m,)``: 0 where ``p₀ >= 1/2`` and 0 is in the set, else ``v``.

@@ -29,7 +29,7 @@ from torch import Tensor
 
 from ._checks import check_calibrator_dict, float_list
 from .conditional import MIN_MEMBERS, coefficients_from_dict, quantile_regression
-from .hurdle import MAX_ROUNDS, HurdleConformal, _q_scores
+from .hurdle import MAX_ROUNDS, HurdleConformal, _q_scores, hurdle_interval
 from .multigroup import _check_members, members_from_lists, members_to_lists
 from .quantile import check_alpha
 from .sets import Interval
@@ -129,10 +129,7 @@ class ConditionalHurdleConformal(HurdleConformal):
         """Interval for ``m`` inputs with ``p₀``, ``v`` ``(m,)`` and memberships ``(m, G)``; never below 0."""
         if members is None:
             raise ValueError("conditional hurdle sets need the group memberships of the inputs")
-        t, q = self.point_thresholds(members, alpha)
-        value = value.to(torch.float64)
-        lower = torch.where(p_zero.to(torch.float64) >= t, torch.zeros_like(value), (value - q).clamp_min(0.0))
-        return Interval(lower, value + q)
+        return hurdle_interval(p_zero, value, *self.point_thresholds(members, alpha))
 
     def thresholds(self, alpha: float | None = None) -> tuple[Tensor, Tensor]:
         """The thresholds of a point in no calibrated group (the intercepts), 0-dim each."""
