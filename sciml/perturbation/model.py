@@ -26,6 +26,7 @@ from sciml.perturbation.prior import (
     prior_mean,
     shrunk_table,
 )
+from sciml.perturbation.progress import note
 from sciml.perturbation.schema import SCHEMA
 from sciml.perturbation.settings import PRIOR_FIELDS, PriorSettings
 
@@ -36,6 +37,7 @@ PRIOR_CHANNELS = 4
 
 
 AUTO_MAX_GENES = 256  # flow.max_genes auto: genes per training step and attention chunk on panels wider than this
+WIDE_TABLE = 100_000  # singles table entries (perturbations x genes) from which the shrinkage prints progress
 
 
 def chunk_size(max_genes: int | str | None, n_genes: int) -> int | None:
@@ -173,7 +175,13 @@ class PerturbationModel(torch.nn.Module):
             denoise = self.prior_settings.denoise
             joint = denoise == "eb_joint"
             effect, var = (self.joint_effect, self.joint_var) if joint else (self.single_effect, self.single_var)
+            wide = effect.numel() >= WIDE_TABLE  # seconds to a minute on CPU: say so rather than stay silent
+            if wide:
+                note(f"shrinking the single effects ({int(self.has_effect.sum())} perturbations x {effect.shape[1]} "
+                     f"genes, {denoise})")
             self._shrunk = shrunk_table(effect, var, self.has_effect, denoise)
+            if wide:
+                note("single effects shrunk")
         return self._shrunk
 
     def set_closure(self, terms: Tensor | None) -> None:
