@@ -26,7 +26,7 @@ from .multigroup import MultiGroupConformal, _check_members
 from .quantile import check_alpha
 from .split import CALIBRATORS
 
-__all__ = ["ConditionalConformal", "coefficients_from_dict", "quantile_regression"]
+__all__ = ["ConditionalConformal", "coefficients_from_dict", "design_matrix", "fit_threshold", "quantile_regression"]
 
 MIN_MEMBERS = 100  # calibration points a group needs for its own indicator (d/n_g <= 1%)
 
@@ -62,6 +62,16 @@ def quantile_regression(features: np.ndarray, scores: np.ndarray, tau: float) ->
     return res.x[:d]
 
 
+def design_matrix(members: Tensor, used: Tensor) -> Tensor:
+    """``φ(x) = [1, 1{g ∈ G(x)}]`` float64 ``(m, 1 + used.sum())`` from memberships ``(m, G)`` and used columns."""
+    return torch.cat([torch.ones(len(members), 1, dtype=torch.float64), members[:, used].double()], dim=1)
+
+
+def fit_threshold(phi: Tensor, scores: Tensor, alpha: float) -> Tensor:
+    """Coefficients ``θ`` float64 of the ``1 - α`` quantile regression of ``scores`` ``(n,)`` on ``phi``."""
+    return torch.as_tensor(quantile_regression(phi.numpy(), scores.numpy(), 1.0 - alpha), dtype=torch.float64)
+
+
 class ConditionalConformal(MultiGroupConformal):
     """Group-conditional split conformal by quantile regression on group indicators (module docstring).
 
@@ -93,12 +103,9 @@ class ConditionalConformal(MultiGroupConformal):
         cache = self.__dict__.setdefault("_theta", {})  # one linear programme per alpha, not per batch
         if alpha in cache:
             return cache[alpha]
-        phi = torch.cat([torch.ones(len(self.scores), 1, dtype=torch.float64),
-                         self.members[:, self.used_columns()].double()], dim=1)
         if not torch.isfinite(self.scores).all():
             raise ValueError("conditional calibration needs finite scores")
-        theta = quantile_regression(phi.numpy(), self.scores.numpy(), 1.0 - alpha)
-        cache[alpha] = torch.as_tensor(theta, dtype=torch.float64)
+        cache[alpha] = fit_threshold(design_matrix(self.members, self.used_columns()), self.scores, alpha)
         return cache[alpha]
 
     def threshold(self, members: Tensor, alpha: float | None = None) -> Tensor:
@@ -106,11 +113,7 @@ class ConditionalConformal(MultiGroupConformal):
         members = _check_members(members)
         if members.shape[1] != self.members.shape[1]:
             raise ValueError(f"membership has {members.shape[1]} groups, the calibrator {self.members.shape[1]}")
-        theta = self.coefficients(alpha)
-        phi = torch.cat([torch.ones(len(members), 1, dtype=torch.float64),
-                         members[:, self.used_columns()].double()], dim=1)
-        return (phi @ theta).clamp_min(0.0)
-
+        return (design_matrix(members, self.used_columns()) @ self.coefficients(alpha)).clamp_min(0.0)
 
     def to_dict(self) -> dict:
         """:meth:`MultiGroupConformal.to_dict` plus ``coefficients`` ``{alpha: θ}`` at the default alpha.

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from ._checks import check_calibrator_dict, float_list
-from .conditional import MIN_MEMBERS, coefficients_from_dict, quantile_regression
+from .conditional import MIN_MEMBERS, coefficients_from_dict, design_matrix, fit_threshold
 from .hurdle import MAX_ROUNDS, HurdleConformal, _q_scores, hurdle_interval
 from .multigroup import _check_members, members_from_lists, members_to_lists
 from .quantile import check_alpha
@@ -79,9 +79,6 @@ class ConditionalHurdleConformal(HurdleConformal):
         self._fits = {}
         return self
 
-    def _phi(self, members: Tensor, used: Tensor) -> Tensor:
-        return torch.cat([torch.ones(len(members), 1, dtype=torch.float64), members[:, used].double()], dim=1)
-
     def coefficients(self, alpha: float | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """``(θ_q, used_q, θ_t, used_t)``: coefficients and the group columns each class's fit uses."""
         if self.n_calib == 0:
@@ -96,15 +93,15 @@ class ConditionalHurdleConformal(HurdleConformal):
         zero = self.y <= 0
         pos = ~zero
         used_q, used_t = self._used()
-        phi_q, phi_t = self._phi(self.members, used_q), self._phi(self.members, used_t)
+        phi_q, phi_t = design_matrix(self.members, used_q), design_matrix(self.members, used_t)
         theta_q, theta_t = (torch.zeros(phi.shape[1], dtype=torch.float64) for phi in (phi_q, phi_t))
         t = torch.full_like(self.y, 0.5)
         for _ in range(MAX_ROUNDS):
-            new_q = self._regress(phi_q[pos], _q_scores(self.p_zero[pos], self.value[pos], self.y[pos], t[pos]),
+            new_q = fit_threshold(phi_q[pos], _q_scores(self.p_zero[pos], self.value[pos], self.y[pos], t[pos]),
                                   alpha) if pos.any() else torch.zeros_like(theta_q)
             q = (phi_q @ new_q).clamp_min(0.0)
             scores_t = torch.where(self.value <= q, torch.full_like(q, COVERED), -self.p_zero)
-            new_t = self._regress(phi_t[zero], scores_t[zero], alpha) if zero.any() else \
+            new_t = fit_threshold(phi_t[zero], scores_t[zero], alpha) if zero.any() else \
                 torch.cat([torch.tensor([-torch.inf], dtype=torch.float64), theta_t[1:]])  # no zeros: t = +inf
             t = -(phi_t @ new_t)
             if torch.equal(new_q, theta_q) and torch.equal(new_t, theta_t):
@@ -112,17 +109,13 @@ class ConditionalHurdleConformal(HurdleConformal):
             theta_q, theta_t = new_q, new_t
         return theta_q, used_q, theta_t, used_t
 
-    @staticmethod
-    def _regress(phi: Tensor, scores: Tensor, alpha: float) -> Tensor:
-        return torch.as_tensor(quantile_regression(phi.numpy(), scores.numpy(), 1.0 - alpha), dtype=torch.float64)
-
     def point_thresholds(self, members: Tensor, alpha: float | None = None) -> tuple[Tensor, Tensor]:
         """``(t(x), q(x))`` for memberships ``(m, G)``, each ``(m,)``; ``q >= 0``."""
         members = _check_members(members)
         if members.shape[1] != self.members.shape[1]:
             raise ValueError(f"membership has {members.shape[1]} groups, the calibrator {self.members.shape[1]}")
         theta_q, used_q, theta_t, used_t = self.coefficients(alpha)
-        return -(self._phi(members, used_t) @ theta_t), (self._phi(members, used_q) @ theta_q).clamp_min(0.0)
+        return -(design_matrix(members, used_t) @ theta_t), (design_matrix(members, used_q) @ theta_q).clamp_min(0.0)
 
     def predict_set(self, p_zero: Tensor, value: Tensor, alpha: float | None = None,
                     members: Tensor | None = None) -> Interval:

@@ -155,8 +155,7 @@ def test_grouped_hurdle_needs_memberships():
 
 
 def test_loaded_conditional_calibrators_solve_no_linear_programme(monkeypatch):
-    import sciml.uq.conditional as conditional
-    import sciml.uq.hurdle_groups as hurdle_groups
+    import sciml.uq.conditional as conditional  # both calibrators solve through its quantile_regression
 
     gen = torch.Generator().manual_seed(6)
     p_zero, value, y, members = _grouped_zero_inflated(2000, gen)
@@ -171,7 +170,6 @@ def test_loaded_conditional_calibrators_solve_no_linear_programme(monkeypatch):
         raise AssertionError("a loaded calibrator solved a linear programme at its default alpha")
 
     monkeypatch.setattr(conditional, "quantile_regression", refuse)
-    monkeypatch.setattr(hurdle_groups, "quantile_regression", refuse)
     loaded = [calibrator_from_dict(d) for d in saved]
     assert torch.equal(loaded[0].predict_set(p_zero, value, members=members).upper, expected[0])
     assert torch.equal(loaded[1].threshold(members), expected[1])
