@@ -13,16 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["ModelGuess", "density_of"]
-
-
-def density_of(h: np.ndarray, s: np.ndarray, n_occupied: int) -> np.ndarray:
-    """Closed-shell density ``D = 2 C_occ C_occᵀ`` of ``H C = S C ε`` (``(n_ao, n_ao)``, any consistent AO order)."""
-    from scipy.linalg import eigh
-
-    _, c = eigh(h, s)
-    occ = c[:, :n_occupied]
-    return 2.0 * occ @ occ.T
+__all__ = ["ModelGuess"]
 
 
 class ModelGuess:
@@ -68,6 +59,7 @@ class ModelGuess:
         """Starting density of one molecule (``numbers`` (n,), ``positions`` (n, 3) Å); None outside the model."""
         from sciml.hamiltonian.predict import molecule_structure, predict_structures
         from sciml.hamiltonian.scf.molecule import zeroth_step
+        from sciml.hamiltonian.scf.refine import density_matrix
 
         p = self.predictor
         if set(int(z) for z in numbers) - set(p.layout.elements()):
@@ -75,4 +67,4 @@ class ModelGuess:
         step = zeroth_step(numbers, positions, p.basis, p.xc, p.layout, "seed", h0=p.h0)
         structure = molecule_structure(numbers, np.asarray(positions, dtype=np.float64), step, p.layout, "seed")
         h = p.layout.to_pyscf(predict_structures([structure], p, alpha=None)[0].hamiltonian, numbers)
-        return density_of(h, step.overlap, step.n_occupied)
+        return density_matrix(h, step.overlap, step.n_occupied)

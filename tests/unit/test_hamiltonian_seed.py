@@ -7,7 +7,8 @@ import pickle
 import numpy as np
 import pytest
 
-from sciml.hamiltonian.seed import ModelGuess, density_of
+from sciml.hamiltonian.scf.refine import density_matrix
+from sciml.hamiltonian.seed import ModelGuess
 
 
 def test_density_is_idempotent_and_holds_the_electrons():
@@ -16,7 +17,7 @@ def test_density_is_idempotent_and_holds_the_electrons():
     s = a @ a.T + 7 * np.eye(7)  # an overlap: symmetric positive definite
     h = rng.normal(size=(7, 7))
     h = h + h.T
-    d = density_of(h, s, 3)
+    d = density_matrix(h, s, 3)
     np.testing.assert_allclose(d, d.T, atol=1e-12)
     np.testing.assert_allclose(d @ s @ d, 2 * d, atol=1e-10)  # D S D = 2 D: doubly occupied orbitals
     assert np.trace(d @ s) == pytest.approx(6.0)
