@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from sciml.perturbation.nn.attention import DifferentialAttention
 from sciml.perturbation.nn.embedding import PerturbationEmbedding, TimeEmbedding, ValueEncoder
-from sciml.perturbation.nn.graph import adjacency_from_edges, submask
+from sciml.perturbation.nn.graph import adjacency_from_edges, compact_mask, submask
 
 
 def modulate(x: Tensor, shift: Tensor, scale: Tensor) -> Tensor:
@@ -122,7 +122,7 @@ class PADTransformer(nn.Module):
         ctrl = table + self.ctrl_value(channels)
         return {"table": table, "is_pert": is_pert, "ctrl": ctrl,
                 "pert": self.pert(pert, self.gene.weight, self.adjacency),
-                "mask": submask(self.adjacency, idx) if self.graph_mask else None,
+                "mask": compact_mask(submask(self.adjacency, idx)) if self.graph_mask else None,
                 "kv": [block.cross_attn.keys_values(ctrl) for block in self.blocks]}
 
     def forward(self, x_t: Tensor, t: Tensor, x_ctrl: Tensor | None = None, ctrl_mean: Tensor | None = None,

@@ -8,8 +8,12 @@ its neighbours (``e_g = Â^k E``, ``Â`` the row-normalised adjacency with self 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
+
+SPARSE_SHARE = 0.25  # a mask becomes an EdgeMask when at most this share of (query, key) pairs is allowed
 
 
 def adjacency_from_edges(edge_index: Tensor, n_genes: int) -> Tensor:
@@ -36,6 +40,59 @@ def submask(adjacency: Tensor, genes: Tensor) -> Tensor | None:
     if adjacency.numel() == 0:
         return None
     return adjacency[genes][:, genes]
+
+
+@dataclass(frozen=True)
+class EdgeMask:
+    """A sparse attention mask: its allowed (query, key) pairs, ordered by query (compressed sparse rows).
+
+    Attributes
+    ----------
+    query, key : Tensor
+        ``(E,)`` int64 query and key index of each allowed pair, sorted by query.
+    counts : Tensor
+        ``(Lq,)`` int64 allowed keys per query (each ≥ 1).
+    flat : Tensor
+        ``(E,)`` int64 position ``query·Lk + key`` of each pair in the flattened ``(Lq, Lk)`` map.
+    shape : tuple of int
+        ``(Lq, Lk)``.
+
+    """
+
+    query: Tensor
+    key: Tensor
+    counts: Tensor
+    flat: Tensor
+    shape: tuple[int, int]
+
+    @classmethod
+    def from_dense(cls, mask: Tensor) -> EdgeMask:
+        """The allowed pairs of a bool mask ``(Lq, Lk)``; every query must allow at least one key."""
+        counts = mask.sum(-1)
+        if bool((counts == 0).any()):
+            raise ValueError("every query of an attention mask must allow at least one key")
+        query, key = mask.nonzero(as_tuple=True)  # row-major: sorted by query
+        return cls(query, key, counts, query * mask.shape[-1] + key, tuple(mask.shape))
+
+    def scatter(self, values: Tensor) -> Tensor:
+        """Dense maps ``(..., Lq, Lk)`` holding ``values`` ``(..., E)`` at the allowed pairs and 0 elsewhere."""
+        dense = values.new_zeros(*values.shape[:-1], self.shape[0] * self.shape[1])
+        return dense.index_copy(-1, self.flat, values).unflatten(-1, self.shape)
+
+    def to_dense(self) -> Tensor:
+        """The bool mask ``(Lq, Lk)``."""
+        return self.scatter(torch.ones(len(self.flat), dtype=torch.bool, device=self.flat.device))
+
+
+def compact_mask(mask: Tensor | None) -> Tensor | EdgeMask | None:
+    """``mask`` as an :class:`EdgeMask` when at most :data:`SPARSE_SHARE` of its pairs are allowed, else as is.
+
+    A gene graph with ~15 neighbours per gene allows a few percent of the pairs of a 256-gene chunk: the softmax
+    then runs over the allowed pairs only (:func:`~sciml.perturbation.nn.attention.edge_softmax_scores`).
+    """
+    if mask is None or int(mask.sum()) > SPARSE_SHARE * mask.numel():
+        return mask
+    return EdgeMask.from_dense(mask)
 
 
 def propagate(x: Tensor, adjacency: Tensor, hops: int) -> Tensor:
