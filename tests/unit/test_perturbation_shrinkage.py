@@ -2,7 +2,10 @@
 
 Statistical checks use fixed seeds; the bounds follow from the Bayes posterior mean: it shrinks each effect by a
 factor in [0, 1], recovers Δ/2 under a N(0, 1) prior with unit noise, and beats the raw estimates in squared error on
-a sparse screen.
+a sparse screen. The mixture weights (interior point, :func:`fit_weights`) are checked against plain EM (Dempster et
+al. 1977), the algorithm that converges to the same optimum slowly: by the certified gap of
+:func:`~sciml.perturbation.nn.shrinkage.duality_gap` (concavity), the fitted weights' mean log-likelihood is at least
+the EM's minus :data:`~sciml.perturbation.nn.shrinkage.GAP_TOLERANCE`, for any number of EM steps.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import torch
 
 from sciml.perturbation.nn import shrinkage
 from sciml.perturbation.nn.masking import masking
-from sciml.perturbation.nn.shrinkage import ash_by_row, ash_posterior_mean, fit_columns
+from sciml.perturbation.nn.shrinkage import ash_by_row, ash_posterior_mean, duality_gap, fit_columns, fit_weights
 from sciml.perturbation.settings import PriorSettings
 
 from .doubles_dm import screen_of
@@ -78,6 +81,101 @@ def test_a_wide_row_fitted_on_a_subsample_shrinks_about_as_well_as_on_every_effe
     assert not torch.equal(sub, full)  # the subsample is used
     raw, err_sub, err_full = ((x - beta).pow(2).mean() for x in (delta, sub, full))
     assert err_full < 0.3 * raw and err_sub < 1.05 * err_full
+
+
+def _em(lik: torch.Tensor, steps: int) -> torch.Tensor:
+    """Plain EM for the mixture weights ``(R, K)`` of ``lik`` ``(R, J, K)``: the reference the solver is checked on."""
+    pi = torch.full((lik.shape[0], lik.shape[-1]), 1.0 / lik.shape[-1], dtype=lik.dtype)
+    for _ in range(steps):
+        post = lik * pi[:, None, :]
+        pi = (post / post.sum(-1, keepdim=True)).mean(-2)
+    return pi
+
+
+def _mean_log_lik(lik: torch.Tensor, pi: torch.Tensor) -> torch.Tensor:
+    return (lik @ pi[..., None]).squeeze(-1).log().mean(-1)
+
+
+def _ash_lik(delta: torch.Tensor, var: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The scale grid ``(R, K)`` and the row-rescaled likelihoods ``(R, J, K)`` ash fits its weights on."""
+    scales = shrinkage.scale_grid(delta, var)
+    logp = shrinkage._log_marginal(delta, var, scales)
+    return scales, (logp - logp.amax(-1, keepdim=True)).exp()
+
+
+def _rows(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Seeded ``(6, 400)`` effects and variances: null, dense, sparse, huge effects among noise, tiny, unequal s.e."""
+    gen = torch.Generator().manual_seed(seed)
+    noise = torch.randn(6, 400, generator=gen, dtype=torch.float64)
+    sparse = 3 * torch.randn(400, generator=gen, dtype=torch.float64) * (torch.rand(400, generator=gen) < 0.1)
+    huge = torch.zeros(400, dtype=torch.float64)
+    huge[:3] = 1e4
+    delta = torch.stack([noise[0], noise[1] + torch.randn(400, generator=gen, dtype=torch.float64),
+                         noise[2] + sparse, noise[3] + huge, 1e-8 * noise[4], 5 * noise[5]])
+    var = torch.ones_like(delta)
+    var[4] = 1e-16
+    var[5] = 0.1 + torch.rand(400, generator=gen, dtype=torch.float64)
+    return delta, var
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_weights_are_certified_optimal_and_at_least_as_good_as_em(seed):
+    delta, var = _rows(seed)
+    _, lik = _ash_lik(delta, var)
+    pi = fit_weights(lik)
+    assert (pi >= 0).all() and torch.allclose(pi.sum(-1), torch.ones(6, dtype=torch.float64), atol=1e-12, rtol=0)
+    gap = duality_gap(lik, pi)
+    assert (gap < shrinkage.GAP_TOLERANCE).all() and (gap > -1e-12).all(), gap
+    for steps in (10, 300, 3000):  # f(π) ≥ f(π*) − gap ≥ f(π_EM) − GAP_TOLERANCE, however long the EM runs
+        assert (_mean_log_lik(lik, pi) >= _mean_log_lik(lik, _em(lik, steps)) - shrinkage.GAP_TOLERANCE).all()
+
+
+def test_the_weights_are_the_em_fixed_point_on_a_well_separated_mixture():
+    gen = torch.Generator().manual_seed(3)
+    scales = torch.tensor([0.0, 0.5, 2.0, 8.0], dtype=torch.float64)  # four distinct components: a unique optimum
+    true = torch.tensor([[0.7, 0.2, 0.05, 0.05], [0.1, 0.3, 0.3, 0.3], [0.0, 0.0, 1.0, 0.0]], dtype=torch.float64)
+    comp = torch.multinomial(true, 400, replacement=True, generator=gen)
+    delta = scales[comp] * torch.randn(3, 400, generator=gen, dtype=torch.float64)
+    delta = delta + torch.randn(3, 400, generator=gen, dtype=torch.float64)
+    total = scales.square() + 1.0
+    logp = -0.5 * (delta[..., None].square() / total + total.log())
+    lik = (logp - logp.amax(-1, keepdim=True)).exp()
+    pi, em = fit_weights(lik), _em(lik, 20_000)
+    assert (duality_gap(lik, em) < 1e-8).all()  # the EM has nearly converged too (2e-9, 2e-16, 4e-16)
+    torch.testing.assert_close(pi, em, atol=1e-5, rtol=0)  # 4e-6 on the row whose EM is 2e-9 short, else 1e-8
+
+
+def test_posterior_means_approach_the_ones_of_a_longer_em():
+    """With a finer scale grid the optimum is flat in ``π``; EM nears it slowly, its posterior means nearing ours."""
+    gen = torch.Generator().manual_seed(6)
+    beta = 0.3 * torch.randn(2, 1000, generator=gen, dtype=torch.float64)
+    beta = beta * (torch.rand(2, 1000, generator=gen) < 0.05)
+    var = torch.full_like(beta, 0.0025)
+    delta = beta + 0.05 * torch.randn(2, 1000, generator=gen, dtype=torch.float64)
+    scales, lik = _ash_lik(delta, var)
+    shrink = scales.square()[:, None, :] / (scales.square()[:, None, :] + var[..., None])
+
+    def post(pi):
+        return (lik * pi[:, None, :] / (lik @ pi[..., None]) * shrink).sum(-1) * delta
+
+    ours = post(fit_weights(lik))
+    torch.testing.assert_close(ours, ash_by_row(delta, var))  # the same posterior means as the shipped function
+    gaps = [float((post(_em(lik, steps)) - ours).abs().max() / 0.05) for steps in (300, 3000, 20_000)]
+    assert gaps[0] > gaps[1] > gaps[2] and gaps[2] < 0.01, gaps  # in standard errors
+
+
+def test_a_single_effect_puts_all_weight_on_its_likeliest_component():
+    lik = torch.tensor([[[0.2, 1.0, 0.5]], [[1.0, 1.0, 1.0]]], dtype=torch.float64)  # J = 1; a tie in row 1
+    pi = fit_weights(lik)
+    assert float(pi[0, 1]) > 1 - 1e-9 and (duality_gap(lik, pi) < shrinkage.GAP_TOLERANCE).all()
+    torch.testing.assert_close(pi[1].sum(), torch.tensor(1.0, dtype=torch.float64))
+
+
+def test_a_row_all_null_or_all_zero_is_shrunk_to_zero():
+    gen = torch.Generator().manual_seed(7)
+    delta = torch.stack([torch.randn(300, generator=gen, dtype=torch.float64), torch.zeros(300, dtype=torch.float64)])
+    post = ash_by_row(delta, torch.ones_like(delta))
+    assert post[0].abs().mean() < 0.2 * delta[0].abs().mean() and not post[1].any()
 
 
 def test_bad_shapes_are_refused_and_empty_input_passes():

@@ -5,8 +5,8 @@ effects, a mixture of a point mass at zero and zero-centred normals,
 
     β ~ π_0 δ_0 + Σ_k π_k N(0, σ_k²),        σ_1 < … < σ_K a fixed geometric grid,
 
-whose weights ``π`` maximise the marginal likelihood ``Π_j Σ_k π_k N(Δ_j; 0, σ_k² + v_j)`` (EM with SQUAREM
-acceleration, :func:`fit_weights`; Stephens 2017,
+whose weights ``π`` maximise the marginal likelihood ``Π_j Σ_k π_k N(Δ_j; 0, σ_k² + v_j)`` (a convex problem,
+solved by a batched interior-point method to a certified gap, :func:`fit_weights`; Stephens 2017,
 *Biostatistics* 18:275, "False discovery rates: a new deal"). Each effect is replaced by its posterior mean
 
     E[β_j | Δ_j] = Σ_k w_jk Δ_j σ_k² / (σ_k² + v_j),    w_jk ∝ π_k N(Δ_j; 0, σ_k² + v_j).
@@ -28,8 +28,10 @@ import torch
 from torch import Tensor
 
 N_SCALES = 24  # normal components besides the point mass at zero
-EM_ITERATIONS = 3000  # EM steps at most; it stops once the mean log-likelihood gains less than EM_TOLERANCE
-EM_TOLERANCE = 1e-10
+GAP_TOLERANCE = 1e-10  # a row's weights are fitted once its mean log-likelihood is certified this close to the maximum
+MAX_STEPS = 100  # interior-point steps at most (15-25 are taken)
+CENTERING = 0.1  # σ: each step aims at a tenth of the current complementarity x∘z
+TO_BOUNDARY = 0.995  # share of the way to the boundary of x, z > 0 a step may go
 FIT_EFFECTS = 1000  # effects per row the mixture weights are fitted on (a seeded subsample of wider rows)
 
 
@@ -51,45 +53,64 @@ def _log_marginal(delta: Tensor, var: Tensor, scales: Tensor) -> Tensor:
     return -0.5 * (delta[..., None].square() / total + total.log())
 
 
-def _em_step(lik: Tensor, pi: Tensor) -> Tensor:
-    """One EM update of the mixture weights ``(R, K + 1)``: each row's mean posterior membership of its effects."""
-    post = lik * pi[:, None, :]
-    return (post / post.sum(-1, keepdim=True)).mean(-2)
+def duality_gap(lik: Tensor, pi: Tensor) -> Tensor:
+    r"""Certified bound ``(R,)`` on how far each row's mean log-likelihood at ``pi`` is below its maximum.
 
+    With ``f(π) = mean_j log L_j·π`` (``lik`` ``(R, J, K + 1)``, ``pi`` ``(R, K + 1)`` on the simplex) and
+    ``g = ∇f(π)``, ``g_k = mean_j L_jk / L_j·π``, concavity gives for the optimum ``π*``
 
-def _log_likelihood(lik: Tensor, pi: Tensor) -> Tensor:
-    """Mean log marginal likelihood per row, ``(R,)``."""
-    return (lik @ pi[..., None]).squeeze(-1).log().mean(-1)
+        f(π*) − f(π) ≤ g·(π* − π) ≤ max_k g_k − g·π = max_k g_k − 1,
 
-
-def fit_weights(lik: Tensor, iterations: int = EM_ITERATIONS) -> Tensor:
-    """Mixture weights ``(R, K + 1)`` maximising each row's ``mean_j log Σ_k π_k L_rjk``, ``lik`` ``(R, J, K + 1)``.
-
-    EM accelerated by SQUAREM (Varadhan & Roland 2008, *Scand. J. Stat.* 35:335, scheme S3), the rows batched: two
-    EM steps give ``r`` and ``v``, the step length ``α = −‖r‖/‖v‖`` (at most −1) extrapolates, the result is
-    projected back onto the simplex and stabilised by one more EM step, and kept only if it does not lower the
-    likelihood. A row stops once its mean log-likelihood gains less than :data:`EM_TOLERANCE` (so each row gets
-    what it would get alone).
+    since ``g·π = 1``; the bound is 0 exactly at the optimum (the Kiefer–Wolfowitz / mix-SQP optimality condition,
+    Kim et al. 2020, *J. Comput. Graph. Stat.* 29:261, Eq. 6).
     """
-    pi = torch.full((lik.shape[0], lik.shape[-1]), 1.0 / lik.shape[-1], dtype=lik.dtype, device=lik.device)
-    best = _log_likelihood(lik, pi)
-    active = torch.arange(lik.shape[0], device=lik.device)
-    for _ in range(max(iterations // 3, 1)):
-        sub, cur = lik[active], pi[active]
-        one = _em_step(sub, cur)
-        two = _em_step(sub, one)
-        r, v = one - cur, two - 2 * one + cur
-        alpha = (-r.norm(dim=-1) / v.norm(dim=-1).clamp_min(1e-300)).clamp_max(-1.0)[:, None]
-        jump = (cur - 2 * alpha * r + alpha**2 * v).clamp_min(0.0)
-        jump = _em_step(sub, jump / jump.sum(-1, keepdim=True))
-        value, fallback = _log_likelihood(sub, jump), _log_likelihood(sub, two)
-        worse = ~(value >= fallback)  # also NaN
-        pi[active] = torch.where(worse[:, None], two, jump)
-        value = torch.where(worse, fallback, value)
-        gain, best[active] = value - best[active], value
-        active = active[~(gain < EM_TOLERANCE)]
+    return (lik / (lik @ pi[..., None])).mean(-2).amax(-1) - 1.0
+
+
+def _to_boundary(v: Tensor, dv: Tensor) -> Tensor:
+    """Largest step ``(R,)`` in ``[0, 1]`` keeping ``v + t·dv`` ``(R, K)`` positive (:data:`TO_BOUNDARY` of the way)."""
+    ratio = torch.where(dv < 0, -v / dv.clamp_max(-1e-300), torch.full_like(v, torch.inf))
+    return (TO_BOUNDARY * ratio.amin(-1)).clamp_max(1.0)
+
+
+def fit_weights(lik: Tensor) -> Tensor:
+    r"""Mixture weights ``(R, K + 1)`` maximising each row's ``mean_j log Σ_k π_k L_rjk``, ``lik`` ``(R, J, K + 1)``.
+
+    The problem is convex; on the relaxed form of Kim et al. (2020, Eq. 4; the mix-SQP paper)
+
+        min_{x ≥ 0}  φ(x) = −mean_j log L_j·x + Σ_k x_k,
+
+    whose minimiser lies on the simplex and is the maximum-likelihood ``π``, a primal–dual interior-point method
+    (the Kiefer–Wolfowitz NPMLE solver of Koenker & Mizera 2014, *JASA* 109:674) takes Newton steps on the
+    perturbed optimality conditions ``∇φ(x) = z``, ``x_k z_k = σμ`` (``μ`` the mean of ``x∘z``, ``σ`` =
+    :data:`CENTERING`):
+
+        (∇²φ(x) + diag(z/x)) Δx = σμ/x − ∇φ(x),        Δz = (σμ − x∘z − z∘Δx) / x,
+
+    ``∇²φ = mean_j a_j a_jᵀ`` with ``a_j = L_j / L_j·x``: one ``(K + 1)²`` solve per row and step, batched over the
+    rows, each step cut to stay inside ``x, z > 0`` (:func:`_to_boundary`). A row stops once its
+    :func:`duality_gap` at ``x / Σx`` is below :data:`GAP_TOLERANCE`, so each row gets what it would get alone;
+    about 15–25 steps (the EM with SQUAREM it replaces ran up to 3,000 steps and stopped on a small gain, at up to
+    0.24 certified gap on wide rows).
+    """
+    r, _, k = lik.shape
+    x = torch.full((r, k), 1.0 / k, dtype=lik.dtype, device=lik.device)
+    z, pi = torch.ones_like(x), x.clone()
+    active = torch.arange(r, device=lik.device)
+    for _ in range(MAX_STEPS):
+        active = active[duality_gap(lik[active], pi[active]) >= GAP_TOLERANCE]
         if len(active) == 0:
             break
+        sub, xa, za = lik[active], x[active], z[active]
+        scaled = sub / (sub @ xa[..., None])  # a_j (A, J, K + 1)
+        grad = 1.0 - scaled.mean(-2)
+        hess = scaled.transpose(-1, -2) @ scaled / sub.shape[-2]
+        target = CENTERING * (xa * za).mean(-1, keepdim=True)
+        dx = torch.linalg.solve(hess + torch.diag_embed(za / xa), target / xa - grad)
+        dz = (target - xa * za - za * dx) / xa
+        step = torch.minimum(_to_boundary(xa, dx), _to_boundary(za, dz))[:, None]
+        x[active], z[active] = xa + step * dx, za + step * dz
+        pi[active] = x[active] / x[active].sum(-1, keepdim=True)
     return pi
 
 
@@ -108,7 +129,7 @@ def fit_columns(n: int, limit: int | None = None) -> Tensor | None:
     return torch.randperm(n, generator=torch.Generator().manual_seed(0))[:limit].sort().values
 
 
-def _posterior_rows(d: Tensor, v: Tensor, iterations: int) -> Tensor:
+def _posterior_rows(d: Tensor, v: Tensor) -> Tensor:
     """Posterior means ``(R, J)`` of float64 effects ``d`` and variances ``v`` ``(R, J)``, one fitted prior per row.
 
     The scale grid is each row's whole range; the weights are fitted on :func:`fit_columns` of the row.
@@ -118,13 +139,13 @@ def _posterior_rows(d: Tensor, v: Tensor, iterations: int) -> Tensor:
     logp = _log_marginal(d, v, scales)
     cols = fit_columns(d.shape[-1])
     fit = logp if cols is None else logp[:, cols]
-    pi = fit_weights((fit - fit.amax(-1, keepdim=True)).exp(), iterations)  # rows rescaled: the same fit
+    pi = fit_weights((fit - fit.amax(-1, keepdim=True)).exp())  # rows rescaled: the same fit
     weights = (logp + pi.clamp_min(1e-300).log()[:, None, :]).softmax(-1)
     shrink = scales.square()[:, None, :] / (scales.square()[:, None, :] + v[..., None])
     return (weights * shrink).sum(-1) * d
 
 
-def ash_posterior_mean(delta: Tensor, var: Tensor, iterations: int = EM_ITERATIONS) -> Tensor:
+def ash_posterior_mean(delta: Tensor, var: Tensor) -> Tensor:
     """Posterior means (same shape and dtype as ``delta``) under the fitted mixture prior (module docstring).
 
     Parameters
@@ -133,26 +154,23 @@ def ash_posterior_mean(delta: Tensor, var: Tensor, iterations: int = EM_ITERATIO
         Measured effects, any shape (e.g. ``(singles, genes)``, log1p units).
     var : Tensor
         Their squared standard errors, same shape, ≥ 0 (a zero is treated as 1e-12: the effect is kept).
-    iterations : int
-        Most EM steps for the mixture weights (plain EM is slow near the optimum: on 5,000 effects under a N(0, 1)
-        prior, 200 plain steps leave the posterior means 0.05 s.d. from the converged ones).
 
     """
     if delta.shape != var.shape:
         raise ValueError(f"delta {tuple(delta.shape)} and var {tuple(var.shape)} must have the same shape")
     if delta.numel() == 0:
         return delta.clone()
-    post = _posterior_rows(delta.double().reshape(1, -1), var.double().reshape(1, -1), iterations)
+    post = _posterior_rows(delta.double().reshape(1, -1), var.double().reshape(1, -1))
     return post.reshape(delta.shape).to(delta.dtype)
 
 
-def ash_by_row(delta: Tensor, var: Tensor, iterations: int = EM_ITERATIONS) -> Tensor:
+def ash_by_row(delta: Tensor, var: Tensor) -> Tensor:
     """:func:`ash_posterior_mean` with one prior per row: ``delta``, ``var`` ``(R, G)`` → ``(R, G)``.
 
-    The rows are fitted together (batched EM), each to convergence.
+    The rows are fitted together (batched interior-point steps), each to :data:`GAP_TOLERANCE`.
     """
     if delta.shape != var.shape or delta.ndim != 2:
         raise ValueError(f"delta {tuple(delta.shape)} and var {tuple(var.shape)} must be one (rows, genes) shape")
     if delta.numel() == 0:
         return delta.clone()
-    return _posterior_rows(delta.double(), var.double(), iterations).to(delta.dtype)
+    return _posterior_rows(delta.double(), var.double()).to(delta.dtype)
