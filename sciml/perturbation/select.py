@@ -9,16 +9,20 @@ Every choice scores candidate :class:`~sciml.perturbation.settings.PriorSettings
   ``Δa + Δb + λ·(rule − Δa − Δb)``; ``λ`` is the grid value with the smallest mean squared error of that prior mean
   over the **val** doubles plus the training doubles predicted by the rule refitted without them (``folds``-fold
   cross-fitting), so a screen where the rule does not generalise gets ``λ = 0``, the additive prior. Ties go to
-  the smaller ``λ``. Test conditions are never read.
+  the smaller ``λ``. Test conditions are never read. The refits see at most :data:`REFIT_ENTRIES` (double, gene)
+  entries each, a seeded subsample (the rule itself up to
+  :data:`~sciml.perturbation.nn.combination.FIT_ENTRIES`): on the 1,000-gene screen of
+  ``benchmarks/perturbation_scale.py`` this moves the criterion by < 0.4% (λ = 1: 0.05709 → 0.05728) and
+  chooses the same ``λ``, with two fifths of the entries (50,000 at most before).
 * :func:`choose_masking` (``flow.prior: masking`` with ``flow.kappa`` / ``flow.denoise`` ``auto``): the masking
   weight ``κ`` and the denoising threshold ``τ`` of :func:`~sciml.perturbation.nn.masking.masking_prior` (or only
   ``κ`` when ``flow.denoise`` names an empirical-Bayes shrinkage, :mod:`sciml.perturbation.nn.shrinkage`), the grid
   pair with the smallest mean squared error of the prior mean (clipped at 0) over the **training and val** doubles.
   Under ``flow.denoise: eb_joint`` the singles are fitted with the training doubles (:func:`fit_joint`), so a
   training double is scored only by singles refitted without it (:data:`JOINT_FOLDS` folds, as in
-  :func:`choose_shrink`), val by the singles of all training doubles. Ties go to the smaller values (towards
-  additive). Two scalars per screen; how the priors compare on held-out folds: docs/benchmarks.md
-  (``benchmarks/perturbation_prior.py``).
+  :func:`choose_shrink`), val by the singles of all training doubles (fitted once, :func:`resolve` keeps them).
+  Ties go to the smaller values (towards additive). Two scalars per screen; how the priors compare on held-out
+  folds: docs/benchmarks.md (``benchmarks/perturbation_prior.py``).
 * :func:`versus_additive` / :func:`apply_fallback` (at export, and in the benchmark the same way): the flow model's
   generated mean against the additive baseline on the **val** conditions; when the model is not better, or val holds
   fewer than :data:`MIN_VAL_CONDITIONS` conditions (one or two held-out conditions are not evidence that a
@@ -49,6 +53,7 @@ SHRINK_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
 KAPPA_GRID = tuple(i / 10 for i in range(11))
 DENOISE_GRID = (0.0, 0.5, 1.0, 2.0, 4.0)  # τ: squared standard errors below which an effect counts as noise
 JOINT_FOLDS = 5  # flow.denoise eb_joint: κ scored on val and on training folds the joint singles were not fitted on
+REFIT_ENTRIES = 20_000  # (double, gene) entries each cross-fitting refit of the combination rule sees at most
 MIN_VAL_CONDITIONS = 3  # fewer val conditions than this: the model does not claim to beat additive
 
 
@@ -95,9 +100,12 @@ def resolve(settings: PriorSettings, screen: Screen, rule=None, seed: int = 0) -
 
     ``rule``: the fitted :class:`~sciml.perturbation.nn.combination.CombinationRule` (``None``: none).
     ``flow.closure`` ``auto`` is on for closed data; ``true`` on data that are not closed is a ``ValueError``.
-    Under ``denoise: eb_joint`` the joint singles of every training double come with the settings. The choices
-    are logged.
+    Under ``denoise: eb_joint`` the joint singles of every training double come with the settings (fitted once:
+    they also score κ on val). The choices are logged.
     """
+    joint = None
+    if settings.prior == "masking" and settings.denoise == JOINT:
+        joint = fit_joint(screen.singles, screen.doubles["train"])
     if settings.shrink == AUTO:
         choice = choose_shrink(settings, screen, rule, seed=seed)
         settings = choice.settings
@@ -110,13 +118,10 @@ def resolve(settings: PriorSettings, screen: Screen, rule=None, seed: int = 0) -
         settings = settings.replace(closure=screen.closure is not None)
         log.info("flow.closure: %s", "on (closed data)" if settings.closed else "off (data not closed)")
     if settings.prior == "masking" and AUTO in (settings.kappa, settings.denoise):
-        choice = choose_masking(settings, screen, seed=seed)
+        choice = choose_masking(settings, screen, seed=seed, joint=joint)
         settings = choice.settings
         log.info("flow.prior masking: kappa %s, denoise %s (chosen on %d training + val doubles)", settings.kappa,
                  settings.denoise, choice.n)
-    joint = None
-    if settings.prior == "masking" and settings.denoise == JOINT:
-        joint = fit_joint(screen.singles, screen.doubles["train"])
     return Resolved(settings, joint)
 
 
@@ -156,7 +161,8 @@ def choose_shrink(settings: PriorSettings, screen: Screen, rule, grid: tuple[flo
     """Choose ``λ`` (module docstring) for the fitted combination ``rule``; the settings with ``shrink`` set.
 
     ``mse``: the criterion per grid value; ``n``: doubles behind it (val, cross-fitted training). Without a rule
-    or without any usable double, ``λ = 0``. The rule is refitted on copies only.
+    or without any usable double, ``λ = 0``. The rule is refitted on copies only, on at most :data:`REFIT_ENTRIES`
+    entries each.
     """
     none = Choice(settings.replace(shrink=0.0), {}, {"val": 0, "train": 0})
     if rule is None:
@@ -171,7 +177,7 @@ def choose_shrink(settings: PriorSettings, screen: Screen, rule, grid: tuple[flo
             held, rest = _split(train, fold)
             refit = copy.deepcopy(rule).requires_grad_(True)
             refit.fit(singles.effect[rest.pert[:, 0]], singles.effect[rest.pert[:, 1]], screen.ctrl_mean, rest.delta,
-                      seed=seed)
+                      seed=seed, max_entries=REFIT_ENTRIES)
             parts.append(_rule(refit.requires_grad_(False), singles, screen.ctrl_mean, settings.own_genes, held))
     if not parts:
         return none
@@ -182,23 +188,32 @@ def choose_shrink(settings: PriorSettings, screen: Screen, rule, grid: tuple[flo
                   {"val": len(val), "train": len(train) if len(train) >= 2 else 0})
 
 
-def masking_tables(settings: PriorSettings, screen: Screen, fitted: Doubles) -> PriorTables:
-    """The tables of the masking prior under ``settings``; ``eb_joint``: singles fitted with the doubles ``fitted``."""
+def masking_tables(settings: PriorSettings, screen: Screen, fitted: Doubles,
+                   joint: tuple[torch.Tensor, torch.Tensor] | None = None) -> PriorTables:
+    """The tables of the masking prior under ``settings``; ``eb_joint``: singles fitted with the doubles ``fitted``.
+
+    ``joint``: :func:`fit_joint` of ``fitted``, when the caller has it already (else it is computed here).
+    """
     singles, shrunk = screen.singles, None
     if settings.empirical_bayes:
-        effect, var = fit_joint(singles, fitted) if settings.denoise == JOINT else (singles.effect, singles.var)
+        if settings.denoise != JOINT:
+            effect, var = singles.effect, singles.var
+        else:
+            effect, var = joint if joint is not None else fit_joint(singles, fitted)
         shrunk = shrunk_table(effect, var, singles.known, settings.denoise)
     return PriorTables(var=singles.var, shrunk=shrunk, closure=screen.closure if settings.closed else None)
 
 
 def choose_masking(settings: PriorSettings, screen: Screen, kappas: tuple[float, ...] = KAPPA_GRID,
-                   taus: tuple[float, ...] = DENOISE_GRID, seed: int = 0) -> Choice:
+                   taus: tuple[float, ...] = DENOISE_GRID, seed: int = 0,
+                   joint: tuple[torch.Tensor, torch.Tensor] | None = None) -> Choice:
     """Choose ``flow.kappa`` and ``flow.denoise`` where they are ``"auto"`` (module docstring).
 
     Returns the settings with both set, ``mse`` per ``"κ,τ"`` and ``n`` (training + val doubles used). A value that
     is not ``"auto"`` stays fixed; without a usable double both auto values become 0 (additive). They are chosen
     for the masking prior alone (``flow.blend`` 1 while scoring). Under ``eb_joint`` a training double is scored
-    only by singles fitted without it (:data:`JOINT_FOLDS` folds), val by those of every training double.
+    only by singles fitted without it (:data:`JOINT_FOLDS` folds), val by those of every training double
+    (``joint``: :func:`fit_joint` of every training double, when the caller has it).
     """
     base = settings.replace(blend=1.0)
     grid = {"kappa": kappas if settings.kappa == AUTO else (settings.kappa,),
@@ -214,7 +229,8 @@ def choose_masking(settings: PriorSettings, screen: Screen, kappas: tuple[float,
     used = [p for p in parts if len(p[0])]
     for k, (scored, fitted) in enumerate(used):
         note(f"prior: scoring kappa on {len(scored)} doubles (part {k + 1} of {len(used)})")
-        tables = masking_tables(base.replace(denoise=grid["denoise"][0]), screen, fitted)
+        tables = masking_tables(base.replace(denoise=grid["denoise"][0]), screen, fitted,
+                                joint if fitted is train else None)
         for kappa, tau in errors:
             errors[(kappa, tau)].append(prior_errors(screen.singles, base.replace(kappa=kappa, denoise=tau),
                                                      tables, scored))
