@@ -32,6 +32,9 @@ def add_parser(sub, name: str) -> None:
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--steps", type=int, default=None, help="ODE steps (default: the model's)")
     q.add_argument("--method", choices=["euler", "rk4"], default=None, help="ODE method (default: the model's)")
+    q.add_argument("--predict-genes", default=None, help="genes of each condition the network generates, those with "
+                   "the largest prior mean effect, the others moved by the prior mean: a number or 'all' (default: "
+                   "the model's flow.predict_genes, 256 on panels wider than that)")
     q.add_argument("--condition-key", default=None, help="obs column marking control cells, also written to the "
                    "output with the labels as given (default: the model's)")
     q.add_argument("--control-label", default=None, help="label of control cells (default: the model's)")
@@ -119,6 +122,9 @@ def _check_args(args) -> None:
         raise ValueError(f"--steps must be >= 1, got {args.steps}")
     if args.max_control_cells is not None and args.max_control_cells < 1:
         raise ValueError(f"--max-control-cells must be >= 1, got {args.max_control_cells}")
+    if args.predict_genes is not None and args.predict_genes != "all" and (
+            not args.predict_genes.isdigit() or int(args.predict_genes) < 1):
+        raise ValueError(f"--predict-genes must be a number >= 1 or 'all', got {args.predict_genes!r}")
     if not str(args.output).endswith(".h5ad"):
         raise ValueError(f"--output {args.output}: expected a file name ending in .h5ad")
     require_inputs([args.control], "file", "give the path of an .h5ad AnnData file with control cells")
@@ -156,6 +162,8 @@ def run_predict(args, overrides: list[str]) -> int:
                              require_key=args.condition_key is not None, max_cells=args.max_control_cells,
                              seed=args.seed)
     ctrl = controls.x
+    if args.predict_genes is not None:
+        predictor.module.set_flow(predict_genes=None if args.predict_genes == "all" else int(args.predict_genes))
     stage("perturbation predict", f"loaded {predictor.path} and {len(ctrl)} control cells in "
           f"{time.perf_counter() - begin:.1f} s; generating {args.n_cells} cells for each of {len(labels)} "
           f"condition(s), {torch.get_num_threads()} thread(s)")
@@ -167,6 +175,7 @@ def run_predict(args, overrides: list[str]) -> int:
             **({"max_control_cells": args.max_control_cells} if args.max_control_cells else {}),
             "n_cells": args.n_cells, "seed": args.seed, "ode_steps": args.steps or predictor.module.flow["steps"],
             "ode_method": args.method or predictor.module.flow["method"],
+            "predict_genes": predictor.module.flow["predict_genes"] or "all",
             "domain": ("control cells: k-NN conformal p-value per cell against the training controls, batch "
                        "p-value 2 x median (valid under any dependence); rules: genes and singles seen in training"
                        if predictor.domain is not None else "no domain.json: rules only (genes and singles seen in "

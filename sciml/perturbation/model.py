@@ -124,6 +124,7 @@ class PerturbationModel(torch.nn.Module):
         self.prior_settings = PriorSettings.from_flow(flow)
         self.flow = {k: v for k, v in (FLOW_DEFAULTS | (flow or {})).items() if k not in PRIOR_FIELDS}
         self.flow["max_genes"] = chunk_size(self.flow["max_genes"], n_measured)
+        self.flow["predict_genes"] = chunk_size(self.flow["predict_genes"], n_measured)
         self.optim = OPTIM_DEFAULTS | (optim or {})
         settings = self.prior_settings
         self.combination = None
@@ -237,6 +238,8 @@ class PerturbationModel(torch.nn.Module):
         if prior:
             raise ValueError(f"flow keys {prior} are prior settings; change them with set_prior")
         self.flow |= values
+        if "predict_genes" in values:  # "auto" resolved for this panel, as at construction
+            self.flow["predict_genes"] = chunk_size(values["predict_genes"], self.single_effect.shape[1])
         self.config["flow"] = dict(self.config.get("flow") or {}) | values
 
     def prior_tables(self) -> PriorTables:
@@ -328,14 +331,58 @@ class PerturbationModel(torch.nn.Module):
         p = pert[:, None].expand(c, n, pert.shape[-1]).reshape(c * n, -1)
         per_cell = None if prior is None else prior[:, None].expand(c, n, g, prior.shape[-1]).reshape(c * n, g, -1)
         net = self.net.encode_context(x_ctrl.reshape(c * n, g), ctrl_mean.reshape(c * n, g), p, genes, per_cell)
-        out = {"net": net, "shift": None, "full": None}
-        if prior is not None and self.prior_settings.additive_skip and self.flow["path"] == "control":
+        out = {"net": net, "shift": self.shift(pert, prior, genes), "full": None}
+        if out["shift"] is not None:
             out["full"] = (prior[:, 0, 2] == prior[:, 0, 3])[:, None, None]
-            out["shift"] = prior[:, None, :, 0]
             if self.prior_settings.additive_fallback and not self.training:  # every condition: mean = additive
                 out["full"] = torch.ones_like(out["full"])
-                out["shift"] = self.prior_mean(pert, genes)[:, None]
         return out
+
+    @property
+    def starts_from_prior(self) -> bool:
+        """Whether the velocity starts from the prior mean (:meth:`shift`): effect prior, additive skip, control."""
+        settings = self.prior_settings
+        return bool(self.config["effect_prior"]) and settings.additive_skip and self.flow["path"] == "control"
+
+    def shift(self, pert: Tensor, prior: Tensor | None, genes: Tensor | None = None) -> Tensor | None:
+        """Prior mean ``(C, 1, G)`` the velocity starts from (``None``: the network gives the whole velocity).
+
+        ``prior``: :meth:`prior` of ``pert`` ``(C, P)`` on ``genes``. Set under ``additive_skip`` on the control path;
+        under ``additive_fallback`` (eval mode) it is :meth:`prior_mean` for every condition.
+        """
+        if prior is None or not self.starts_from_prior:
+            return None
+        if self.prior_settings.additive_fallback and not self.training:
+            return self.prior_mean(pert, genes)[:, None]
+        return prior[:, None, :, 0]
+
+    def focus(self, pert: Tensor) -> Tensor | None:
+        """Genes ``(C, K)`` the network generates at prediction: each condition's ``K`` largest ``|prior mean|``.
+
+        ``K`` is ``flow.predict_genes`` (resolved); ``None`` (every gene) in training, on panels of at most ``K``
+        genes, or without a prior mean to start the velocity from (:meth:`shift`).
+        """
+        k, g = self.flow.get("predict_genes"), self.single_effect.shape[1]
+        if self.training or not k or g <= k or not self.starts_from_prior:
+            return None
+        return self.prior_mean(pert).abs().topk(int(k), -1).indices.sort(-1).values
+
+    def _integrate_focused(self, x0: Tensor, x_ctrl: Tensor, pert: Tensor, genes: Tensor, steps: int,
+                           method: str) -> Tensor:
+        """One condition (``C = 1``): the flow on ``genes`` ``(K,)``; every other gene moves by its prior mean.
+
+        Outside ``genes`` the network's remainder is taken as zero, so the velocity is the prior mean (:meth:`shift`)
+        and the straight path ends at ``x0 + shift``.
+        """
+        sub_ctrl = x_ctrl[..., genes]
+        context = self.context(sub_ctrl, pert, genes)
+
+        def field(x: Tensor, t: Tensor) -> Tensor:
+            return self.velocity(x, t.expand(x.shape[:2]), sub_ctrl, pert, genes, context=context)
+
+        x = x0 + self.shift(pert, self.prior(pert))
+        x[..., genes] = integrate(field, x0[..., genes], steps, method)
+        return x
 
     @torch.no_grad()
     def sample(self, x_ctrl: Tensor, pert: Tensor, steps: int | None = None, method: str | None = None,
@@ -352,12 +399,18 @@ class PerturbationModel(torch.nn.Module):
         (default: of ``x_ctrl``), so the mean effect equals the additive baseline's.
         """
         x0 = self.path.initial(x_ctrl, generator) if x0 is None else x0
-        context = self.context(x_ctrl, pert)
+        steps, method = steps or self.flow["steps"], method or self.flow["method"]
+        focus = self.focus(pert)
+        if focus is None:
+            context = self.context(x_ctrl, pert)
 
-        def field(x: Tensor, t: Tensor) -> Tensor:
-            return self.velocity(x, t.expand(x.shape[:2]), x_ctrl, pert, context=context)
+            def field(x: Tensor, t: Tensor) -> Tensor:
+                return self.velocity(x, t.expand(x.shape[:2]), x_ctrl, pert, context=context)
 
-        x = integrate(field, x0, steps or self.flow["steps"], method or self.flow["method"])
+            x = integrate(field, x0, steps, method)
+        else:
+            x = torch.cat([self._integrate_focused(x0[c:c + 1], x_ctrl[c:c + 1], pert[c:c + 1], focus[c], steps, method)
+                           for c in range(len(pert))])
         clipped = x.clamp_min(0.0) if self.flow["nonnegative"] else x
         fallback, exact_mean = self.prior_settings.additive_fallback, self.prior_settings.exact_mean
         if self.training or not (fallback or exact_mean):

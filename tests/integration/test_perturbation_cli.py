@@ -84,6 +84,7 @@ def test_predict_unseen_measured_gene_uses_graph_embedding(artifact, capsys):
     (["--perturbations", "G001+NOTAGENE"], "NOTAGENE"),
     (["--perturbations", " , "], "--perturbations is empty"),
     (["--n-cells", "0"], "--n-cells"),
+    (["--predict-genes", "some"], "--predict-genes must be a number >= 1 or 'all'"),
     (["--alpha", "1.5"], "--alpha"),
     (["--output", "pred.csv"], ".h5ad"),
     (["--control", "missing.h5ad"], "missing.h5ad"),
