@@ -242,3 +242,12 @@ def test_the_model_card_says_how_the_singles_were_denoised():
     assert "empirical-Bayes" in eb and "τ =" not in eb
     assert "τ = 1.0" in tau and "empirical" not in tau
     assert "one prior per single" in _prior_text(settings.replace(denoise="eb_single"))
+
+
+def test_rows_still_above_the_tolerance_after_the_last_step_are_logged(monkeypatch, caplog):
+    delta, var = _rows(0)
+    _, lik = _ash_lik(delta, var)
+    monkeypatch.setattr(shrinkage, "MAX_STEPS", 2)
+    with caplog.at_level("WARNING", logger=shrinkage.__name__):
+        pi = fit_weights(lik)
+    assert "above the gap tolerance" in caplog.text and torch.isfinite(pi).all()
