@@ -207,15 +207,17 @@ def random_grn(n_genes: int, n_masters: int, n_regulators: int, and_share: float
     basal = np.zeros(n_genes)
     basal[:n_masters] = level * rng.uniform(0.5, 1.5, n_masters)
     target, regs, act, strength = [], [], [], []
+    earlier: list[list[int]] = []  # the two-regulator terms so far, repeats included (all regulators < i)
     for i in range(n_masters, n_genes):
         basal[i] = 0.05 * level  # leaky expression
         pool = np.arange(min(i, n_regulators))
         for _ in range(int(rng.integers(1, max_terms + 1))):
             two = rng.random() < and_share and len(pool) >= 2
             pick = rng.choice(pool, size=2 if two else 1, replace=False)
-            earlier = [r for r in regs if r[1] >= 0 and max(r) < i]
             if two and earlier and rng.random() < reuse_and:
                 pick = earlier[int(rng.integers(len(earlier)))]
+            if two:
+                earlier.append([int(pick[0]), int(pick[1])])
             target.append(i)
             regs.append([int(pick[0]), int(pick[1]) if two else -1])
             act.append(rng.random(2) >= repress_share)

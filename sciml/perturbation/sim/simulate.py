@@ -13,6 +13,7 @@ from its real cells, ``sqrt(Σ_g Σ_c var_cg / n_c)`` over the four conditions c
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict, dataclass, fields
 
 import numpy as np
@@ -113,7 +114,8 @@ def choose_conditions(grn: GRN, cfg: SimConfig, rng: np.random.Generator) -> lis
     targets = {int(r) for r in grn.regs.ravel() if r >= 0}
     pairs = [p for p in grn.and_pairs() if p[0] in targets and p[1] in targets]
     # AND pairs driving many genes first (random tie-break): their doubles carry the largest interactions
-    weight = {p: sum(tuple(sorted(r)) == p for r in grn.regs.tolist()) + rng.random() for p in pairs}
+    genes_driven = Counter(tuple(sorted(r)) for r in grn.regs.tolist())
+    weight = {p: genes_driven[p] + rng.random() for p in pairs}
     singles: list[int] = []
     for p in sorted(pairs, key=weight.get, reverse=True):
         if len(singles) + len(set(p) - set(singles)) <= round(0.75 * cfg.n_singles):
