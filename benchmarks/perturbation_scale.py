@@ -16,8 +16,9 @@ network sizes), then three child processes, each with ``OMP_NUM_THREADS`` and to
 3. ``predict``: the fitted model reloaded from its state dict in a fresh process, the control cells read from the
    file (:func:`sciml.perturbation.data.table.read_control_cells`, as ``sciml perturbation predict`` does), then
    ``--predict-conditions`` conditions × ``--predict-cells`` cells generated (:func:`sciml.perturbation.predict.
-   generate`, the recipe's 4 Euler steps). The model has only the timed steps of training: the sampling cost does
-   not depend on the weights.
+   generate`, the recipe's 4 Euler steps, the network on each condition's ``flow.predict_genes`` most affected
+   genes: 256 on wider panels). The model has only the timed steps of training: the sampling cost does not depend on
+   the weights.
 
 Peak memory is ``ru_maxrss`` of each child (``os.wait4``), in GiB; wall and CPU seconds (user + system) are both
 reported, since wall time on a shared machine is an upper bound. The load average before and after each child is
@@ -241,6 +242,7 @@ def child_predict(args) -> None:
                f"generate_s = generate_timed_s x {len(rows)}/{timed} (extrapolated: conditions are generated one "
                "call per condition of 300 cells, independently)",
         "steps": model.flow["steps"], "method": model.flow["method"],
+        "predict_genes": model.flow["predict_genes"] or "all",
         "negative_values": int((cells < 0).sum()), "rss_gib": _rss_gib()})
 
 
