@@ -24,8 +24,9 @@ from sciml.perturbation.progress import note
 from sciml.perturbation.sim.grn import GRN, random_grn
 
 PERTURBATION_TYPES = ("knockdown", "knockout", "activation")
-ENGINES = ("auto", "numpy", "torch")
-WIDE = 1000  # genes from which ``engine: auto`` steps in torch and ``sparse: auto`` writes CSR
+ENGINES = ("auto", "numpy", "torch", "compiled")
+WIDE = 1000  # genes from which ``engine: auto`` steps compiled and ``sparse: auto`` writes CSR
+CHUNK = 512  # cells whose counts are drawn at once by the compiled engine
 
 
 @dataclass
@@ -60,13 +61,15 @@ class SimConfig:
     zero_inflation: float = 0.0  # probability that a count is replaced by 0 (technical dropout)
     n_batches: int = 1  # batches, cells assigned uniformly at random (obs['batch'])
     batch_sd: float = 0.0  # sd of the per-batch, per-gene log factor on the expected counts
-    engine: str = "auto"  # Langevin steps: numpy (float64) | torch (float32) | auto (torch from WIDE genes)
+    engine: str = "auto"  # Langevin steps: numpy (float64) | torch | compiled (float32) | auto (compiled from WIDE)
     sparse: str = "auto"  # X and counts as CSR: true | false | auto (from WIDE genes)
 
     @property
-    def uses_torch(self) -> bool:
-        """The Langevin steps run in torch (``engine: torch``, or ``auto`` on a panel of :data:`WIDE` genes)."""
-        return self.engine == "torch" or (self.engine == "auto" and self.n_genes >= WIDE)
+    def resolved_engine(self) -> str:
+        """``numpy``, ``torch`` or ``compiled`` (``auto``: compiled on a panel of :data:`WIDE` genes, else numpy)."""
+        if self.engine == "auto":
+            return "compiled" if self.n_genes >= WIDE else "numpy"
+        return self.engine
 
     @property
     def is_sparse(self) -> bool:
@@ -133,6 +136,18 @@ def choose_conditions(grn: GRN, cfg: SimConfig, rng: np.random.Generator) -> lis
 def multipliers(genes: tuple[int, ...], n: int, n_genes: int, cfg: SimConfig, rng) -> tuple[np.ndarray, np.ndarray]:
     """Per-cell production multipliers (n, G) and per-cell efficiencies (n,) of one condition."""
     mult = np.ones((n, n_genes))
+    factor, eff = efficiencies(genes, n, cfg, rng)
+    for g in genes:
+        mult[:, g] = factor
+    return mult, eff
+
+
+def efficiencies(genes: tuple[int, ...], n: int, cfg: SimConfig, rng) -> tuple[np.ndarray, np.ndarray]:
+    """Multiplier m of the perturbed genes (n,) and efficiency (n,) of each cell (0 for controls).
+
+    Knockdown: e ~ Beta(k·ē, k·(1 − ē)), m = 1 − e; knockout: e = 1, m = 0; activation: e ~ Gamma(k, ā/k),
+    m = 1 + e (k = ``efficiency_concentration``).
+    """
     k = cfg.efficiency_concentration
     if cfg.perturbation == "knockdown":
         eff = rng.beta(k * cfg.efficiency, k * (1 - cfg.efficiency), n)
@@ -142,9 +157,7 @@ def multipliers(genes: tuple[int, ...], n: int, n_genes: int, cfg: SimConfig, rn
     else:
         eff = rng.gamma(k, cfg.activation / k, n)
         factor = 1 + eff
-    for g in genes:
-        mult[:, g] = factor
-    return mult, (eff if genes else np.zeros(n))
+    return factor, (eff if genes else np.zeros(n))
 
 
 def mean_multiplier(genes: tuple[int, ...], n_genes: int, cfg: SimConfig) -> np.ndarray:
@@ -156,14 +169,18 @@ def mean_multiplier(genes: tuple[int, ...], n_genes: int, cfg: SimConfig) -> np.
 
 
 def counts_from_levels(x: np.ndarray, cfg: SimConfig, rng: np.random.Generator,
-                       batch_factor: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                       batch_factor: np.ndarray | None = None, total: float | None = None
+                       ) -> tuple[np.ndarray, np.ndarray]:
     """Negative-binomial counts (Gamma–Poisson) with mean ℓ_c · depth · x / mean total · β_{b(c)}, ℓ_c log-normal.
 
     ``batch_factor`` ``(n_batches, G)``: multiplicative batch effect β of the cell's batch b(c) (drawn uniformly);
-    then a share ``cfg.zero_inflation`` of the counts is set to 0. Returns counts and the batch of each cell.
+    then a share ``cfg.zero_inflation`` of the counts is set to 0. ``total``: the mean of ``Σ_g x`` over the
+    condition's cells when ``x`` (cells, G) holds only some of them (default: over ``x``). Returns counts and the
+    batch of each cell.
     """
     lib = rng.lognormal(-0.5 * cfg.library_sd**2, cfg.library_sd, (len(x), 1))
-    mu = lib * cfg.depth * x / max(float(x.sum(axis=1).mean()), 1e-12)
+    total = float(x.sum(axis=1).mean()) if total is None else total
+    mu = lib * cfg.depth * x / max(total, 1e-12)
     batch = np.zeros(len(x), dtype=np.int64)
     if batch_factor is not None:
         batch = rng.integers(0, len(batch_factor), len(x))
@@ -192,13 +209,15 @@ def simulate_conditions(grn: GRN, conds: list[tuple[int, ...]], cfg: SimConfig, 
     factor = None
     if cfg.n_batches > 1:
         factor = rng.lognormal(0.0, cfg.batch_sd, (cfg.n_batches, grn.n_genes))
+    if cfg.resolved_engine == "compiled":
+        return _simulate_compiled(grn, conds, cfg, rng, factor)
     every = max(len(conds) // 10, 1)
     for i, genes in enumerate(conds):
         n = cfg.control_cells if not genes else cfg.cells_per_condition
         mult, e = multipliers(genes, n, grn.n_genes, cfg, rng)
         scale = rng.lognormal(0.0, cfg.cell_scale_sd, (n, 1))
         x0 = grn.steady_state(mult, scale)
-        if cfg.uses_torch:
+        if cfg.resolved_engine == "torch":
             x = grn.langevin_torch(x0, mult, scale, int(rng.integers(2**62)), cfg.steps, cfg.dt, cfg.noise)
         else:
             x = grn.langevin(x0, mult, scale, rng, cfg.steps, cfg.dt, cfg.noise)
@@ -214,6 +233,69 @@ def simulate_conditions(grn: GRN, conds: list[tuple[int, ...]], cfg: SimConfig, 
             note(f"simulated {i + 1}/{len(conds)} conditions ({grn.n_genes} genes)")
     return {"counts": _stack(counts), "x_log": _stack(x_log), "var": np.stack(var), "cond": np.array(cond),
             "efficiency": np.concatenate(eff), "batch": np.concatenate(batch)}
+
+
+def _simulate_compiled(grn: GRN, conds: list[tuple[int, ...]], cfg: SimConfig, rng, batch_factor) -> dict:
+    """:func:`simulate_conditions` with :meth:`GRN.langevin_compiled`, conditions in parallel threads.
+
+    The main generator draws, condition by condition, the multipliers, cell scales and one seed; the seed drives
+    the condition's normal draws (torch) and counts (numpy), so that the screen does not depend on the number of
+    threads (``torch.get_num_threads()``, one each; the kernels and the draws release the GIL).
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
+    plan = []
+    for genes in conds:
+        n = cfg.control_cells if not genes else cfg.cells_per_condition
+        factor, e = efficiencies(genes, n, cfg, rng)
+        plan.append((genes, factor, e, rng.lognormal(0.0, cfg.cell_scale_sd, n), int(rng.integers(2**62))))
+    workers = max(torch.get_num_threads(), 1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread per condition instead
+    parts, every = [], max(len(conds) // 10, 1)
+    try:
+        with ThreadPoolExecutor(workers) as pool:
+            for i, part in enumerate(pool.map(lambda p: _condition_cells(grn, p, cfg, batch_factor), plan)):
+                parts.append(part)
+                if (i + 1) % every == 0 or i + 1 == len(conds):
+                    note(f"simulated {i + 1}/{len(conds)} conditions ({grn.n_genes} genes, compiled)")
+    finally:
+        torch.set_num_threads(threads)
+    cond = np.concatenate([np.full(len(p[2]), i) for i, p in enumerate(plan)])
+    return {"counts": _stack([c for p in parts for c in p["counts"]]),
+            "x_log": _stack([c for p in parts for c in p["x_log"]]), "var": np.stack([p["var"] for p in parts]),
+            "cond": cond, "efficiency": np.concatenate([p[2] for p in plan]),
+            "batch": np.concatenate([p["batch"] for p in parts])}
+
+
+def _condition_cells(grn: GRN, plan: tuple, cfg: SimConfig, batch_factor) -> dict:
+    """One condition of :func:`_simulate_compiled`: levels, then counts and log1p values by :data:`CHUNK` cells.
+
+    Returns ``counts`` and ``x_log`` (lists of blocks as written), ``var`` (G,) the squared standard error of the
+    log1p mean (from float64 sums), ``batch`` (n,).
+    """
+    import torch
+
+    genes, factor, _, scale, seed = plan
+    x = grn.langevin_compiled(genes, factor, scale, torch.Generator().manual_seed(seed), cfg.steps, cfg.dt,
+                              cfg.noise)
+    rng = np.random.default_rng([seed, 1])
+    total = float(x.sum(axis=1, dtype=np.float64).mean())
+    counts, x_log, batch = [], [], []
+    s1, s2 = np.zeros(grn.n_genes), np.zeros(grn.n_genes)
+    for lo in range(0, len(x), CHUNK):
+        c, b = counts_from_levels(x[lo:lo + CHUNK], cfg, rng, batch_factor, total)
+        xl = log_normalise(c, cfg.target_sum)
+        s1 += xl.sum(axis=0, dtype=np.float64)
+        s2 += np.square(xl, dtype=np.float64).sum(axis=0)
+        counts.append(_store(c, cfg))
+        x_log.append(_store(xl, cfg))
+        batch.append(b)
+    n = len(x)
+    var = np.maximum(s2 - s1**2 / n, 0.0) / (n - 1) / n if n > 1 else np.full(grn.n_genes, np.nan)
+    return {"counts": counts, "x_log": x_log, "var": var, "batch": np.concatenate(batch)}
 
 
 def _store(block: np.ndarray, cfg: SimConfig):
