@@ -34,7 +34,7 @@ def add_parser(sub, name: str) -> None:
     q.add_argument("--method", choices=["euler", "rk4"], default=None, help="ODE method (default: the model's)")
     q.add_argument("--predict-genes", default=None, help="genes of each condition the network generates, those with "
                    "the largest prior mean effect, the others moved by the prior mean: a number or 'all' (default: "
-                   "the model's flow.predict_genes, 256 on panels wider than that)")
+                   "the model's flow.predict_genes, 128 on panels wider than that)")
     q.add_argument("--condition-key", default=None, help="obs column marking control cells, also written to the "
                    "output with the labels as given (default: the model's)")
     q.add_argument("--control-label", default=None, help="label of control cells (default: the model's)")

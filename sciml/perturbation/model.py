@@ -37,18 +37,20 @@ PRIOR_CHANNELS = 4
 
 
 AUTO_MAX_GENES = 256  # flow.max_genes auto: genes per training step and attention chunk on panels wider than this
+AUTO_PREDICT_GENES = 128  # flow.predict_genes auto: genes the network generates per condition on wider panels
 WIDE_TABLE = 100_000  # singles table entries (perturbations x genes) from which the shrinkage prints progress
 
 
-def chunk_size(max_genes: int | str | None, n_genes: int) -> int | None:
-    """``flow.max_genes`` for a panel of ``n_genes`` (``None``: all genes at once).
+def chunk_size(max_genes: int | str | None, n_genes: int, auto: int = AUTO_MAX_GENES) -> int | None:
+    """``flow.max_genes`` (or ``flow.predict_genes`` with ``auto=AUTO_PREDICT_GENES``) for a panel of ``n_genes``.
 
-    ``auto`` is ``None`` up to :data:`AUTO_MAX_GENES` genes, else :data:`AUTO_MAX_GENES`, so attention never spans a
-    wide panel at once: training steps on that many random genes, evaluation in strided chunks of that size (cost
-    and memory linear in the genes).
+    ``None`` means all genes at once. ``auto`` is ``None`` up to ``auto`` genes, else ``auto``: attention never
+    spans a wide panel at once (training steps on that many random genes, evaluation in strided chunks of that
+    size: cost and memory linear in the genes), and prediction runs the network on that many genes per condition
+    (``docs/benchmarks.md``: as accurate as the whole panel on two simulated screens, at a fraction of the cost).
     """
     if max_genes == "auto":
-        return AUTO_MAX_GENES if n_genes > AUTO_MAX_GENES else None
+        return auto if n_genes > auto else None
     return None if max_genes is None else int(max_genes)
 
 
@@ -124,7 +126,7 @@ class PerturbationModel(torch.nn.Module):
         self.prior_settings = PriorSettings.from_flow(flow)
         self.flow = {k: v for k, v in (FLOW_DEFAULTS | (flow or {})).items() if k not in PRIOR_FIELDS}
         self.flow["max_genes"] = chunk_size(self.flow["max_genes"], n_measured)
-        self.flow["predict_genes"] = chunk_size(self.flow["predict_genes"], n_measured)
+        self.flow["predict_genes"] = chunk_size(self.flow["predict_genes"], n_measured, AUTO_PREDICT_GENES)
         self.optim = OPTIM_DEFAULTS | (optim or {})
         settings = self.prior_settings
         self.combination = None
@@ -239,7 +241,8 @@ class PerturbationModel(torch.nn.Module):
             raise ValueError(f"flow keys {prior} are prior settings; change them with set_prior")
         self.flow |= values
         if "predict_genes" in values:  # "auto" resolved for this panel, as at construction
-            self.flow["predict_genes"] = chunk_size(values["predict_genes"], self.single_effect.shape[1])
+            self.flow["predict_genes"] = chunk_size(values["predict_genes"], self.single_effect.shape[1],
+                                                    AUTO_PREDICT_GENES)
         self.config["flow"] = dict(self.config.get("flow") or {}) | values
 
     def prior_tables(self) -> PriorTables:

@@ -62,7 +62,7 @@ SCHEMA = {
                              "256 on wider panels; null: all)", "int|auto", nullable=True),
             "predict_genes": Key("auto", "genes of each condition the network generates at prediction, those with "
                                  "the largest prior mean effect; the others move by the prior mean (auto: all up to "
-                                 "256, 256 on wider panels; null: all)", "int|auto", nullable=True),
+                                 "128, 128 on wider panels; null: all)", "int|auto", nullable=True),
             "combination_hidden": Key(32, "width of the combination rule"),
             "nonnegative": Key(True, "project generated cells onto x >= 0"),
             **prior_keys()}),
