@@ -13,6 +13,10 @@ with degradation rate 1, so the noise-free steady state of a DAG is ``x_i = P_i(
 A term with two regulators (AND) makes the response to a double perturbation non-additive: knocking down either
 regulator already silences the term (masking), activating both is needed to switch it on (synergy).
 Cells: chemical Langevin steps ``dx = (P(x) − x) dt + σ (√P dW₁ − √x dW₂)`` started at the steady state.
+
+Three engines take the same Euler–Maruyama steps: :meth:`GRN.langevin` (numpy, float64), :meth:`GRN.langevin_torch`
+(float32, the two noise terms as one normal of variance ``P + x``) and :meth:`GRN.langevin_compiled` (float32,
+numba kernels over blocks of cells, counter-based normals); they agree in law, not in random numbers.
 """
 
 from __future__ import annotations
@@ -184,15 +188,16 @@ class GRN:
             self._packed = PackedTerms.from_grn(self)
         return self._packed
 
-    def langevin_compiled(self, genes: tuple[int, ...], factor: np.ndarray, scale: np.ndarray, generator,
+    def langevin_compiled(self, genes: tuple[int, ...], factor: np.ndarray, scale: np.ndarray, seed: int,
                           steps: int = 100, dt: float = 0.05, noise: float = 1.0, block: int = BLOCK) -> np.ndarray:
         """Cells of one condition (n, G) float32: the steady state, then :meth:`langevin` steps, compiled (numba).
 
-        The same dynamics in law as :meth:`langevin_torch` (float32; one normal of variance ``P + x`` per gene and
-        step, drawn by ``generator``, a ``torch.Generator``), computed without the ``(cells, T, 2)`` gathers: the
-        cells of a block of ``block`` lie side by side in memory (``(G, block)``), so that every term is one
-        vectorised pass over the block, and the production of a gene is summed over its terms and turned into its
-        Euler–Maruyama step in the same pass (Dibaeinia & Sinha 2020, SERGIO, with the chemical Langevin noise).
+        The same dynamics in law as :meth:`langevin` and :meth:`langevin_torch` (float32; one normal of variance
+        ``P + x`` per gene and step), computed without the ``(cells, T, 2)`` gathers: the cells of a block lie side
+        by side in memory (``(G, block)``), so that every term is one vectorised pass over the block, and the
+        production of a gene is summed over its terms and turned into its Euler–Maruyama step in the same pass.
+        The normals are counter-based (:func:`_normals`: SplitMix64 and Box–Muller), keyed by ``seed`` and the
+        block, so the cells do not depend on threads; a screen made with another ``block`` has other numbers.
 
         Parameters
         ----------
@@ -202,13 +207,12 @@ class GRN:
             Perturbation multiplier m of each cell (1 − e knockdown, 0 knockout, 1 + a activation).
         scale : (n,) float
             Cell scale s.
-        generator : torch.Generator
-            Source of the normal draws (the cells are reproduced by its seed and ``block``-independent only per
-            block: a screen made with another ``block`` has other random numbers).
+        seed : int
+            Seed of the normal draws.
         steps, dt, noise : int, float, float
             Euler–Maruyama steps, step size, noise amplitude σ.
         block : int
-            Cells per pass: ``(G, block)`` float32 state and noise, and ``(n_regulators, block)`` regulator powers
+            Cells per pass: ``(G, block)`` float32 state and normals, and ``(n_regulators, block)`` regulator powers
             ``x^n`` that must stay in cache.
 
         Returns
@@ -216,15 +220,13 @@ class GRN:
         (n, G) float32 molecule levels, non-negative.
 
         """
-        import torch
-
         packed, kernels = self.packed(), _kernels()
         n, g = len(scale), self.n_genes
         pert = np.asarray(genes, dtype=np.int64)
         out = np.empty((n, g), dtype=np.float32)
         f32 = np.float32
         args = packed.arguments() + (f32(self.hill),)
-        for lo in range(0, n, block):
+        for k, lo in enumerate(range(0, n, block)):
             hi = min(lo + block, n)
             s = np.ascontiguousarray(scale[lo:hi], dtype=f32)
             m = np.ascontiguousarray(factor[lo:hi], dtype=f32)
@@ -236,14 +238,11 @@ class GRN:
                 mult = np.ones((hi - lo, g))
                 mult[:, pert] = m[:, None]
                 x[:] = self.steady_state(mult, s[:, None].astype(np.float64)).T
-            buf = torch.empty((g, hi - lo), dtype=torch.float32)
-            z = buf.numpy()
-            for _ in range(steps):
-                buf.normal_(generator=generator)
-                kernels.step(x, xn, z, s, pert, m, *args, f32(dt), f32(noise * dt**0.5))
+            key = np.random.SeedSequence([int(seed), k]).generate_state(1, np.uint64)[0]
+            z = np.empty(2 * ((g * (hi - lo) + 1) // 2), dtype=f32)  # an even count: normals come in pairs
+            kernels.relax(x, xn, z, s, pert, m, *args, f32(dt), f32(noise * dt**0.5), steps, key)
             out[lo:hi] = x.T
         return out
-
 
 @dataclass(frozen=True)
 class PackedTerms:
@@ -349,8 +348,15 @@ def _power(x, xn, hill):
                 xn[j, b] = x[j, b] ** hill
 
 
+_GAMMA, _MIX1, _MIX2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB  # SplitMix64 (Steele et al.)
+_LOG_POLY = (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1,
+             -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1)  # Cephes logf
+_SIN_POLY = (-1.9515295891e-4, 8.3321608736e-3, -1.6666654611e-1)  # Cephes sinf on [−π/4, π/4]
+_COS_POLY = (2.443315711809948e-5, -1.388731625493765e-3, 4.166664568298827e-2)  # Cephes cosf
+
+
 def _compile():
-    """The kernels :func:`_sweep` and :func:`_step` compiled by numba, the helpers above compiled into them.
+    """The compiled kernels: ``sweep`` (steady state), ``step``, ``normals``, ``relax`` (normals and steps).
 
     ``fastmath`` and ``error_model='numpy'`` (no zero-division check), so that the loops over a block vectorise.
     """
@@ -358,6 +364,54 @@ def _compile():
 
     jit = numba.njit(fastmath=True, error_model="numpy", nogil=True)
     production, multiply, power = jit(_production), jit(_multiply), jit(_power)
+    as_bits, from_bits = _bitcasts()
+    f32, u32, i32, u64 = np.float32, np.uint32, np.int32, np.uint64
+    gamma, mix1, mix2 = u64(_GAMMA), u64(_MIX1), u64(_MIX2)
+    lp, sp, cp = [tuple(f32(c) for c in poly) for poly in (_LOG_POLY, _SIN_POLY, _COS_POLY)]
+
+    def box_muller(a, c):
+        """Two independent standard normals from u1 = (2a + 1)/2^24 (a < 2^23) and u2 = c/2^24 (c < 2^24).
+
+        ``r = √(−2 ln u1)``, ``(r cos 2πu2, r sin 2πu2)`` (Box & Muller 1958), float32: ln by the exponent and the
+        Cephes polynomial on [√½, √2), sin and cos by Cephes polynomials on [−π/4, π/4] and the quadrant.
+        Branch-free, so that a loop of it vectorises.
+        """
+        bits = as_bits(f32(u32(2) * a + u32(1)))
+        e = f32(i32(bits >> u32(23)) - i32(127 + 24))
+        m = from_bits((bits & u32(0x7FFFFF)) | u32(0x3F800000))  # u1 = m 2^e, m in [1, 2)
+        big = f32(m > f32(1.4142135623730951))
+        x = m * (f32(1.0) - f32(0.5) * big) - f32(1.0)  # m in [√½, √2), x = m − 1
+        e = e + big
+        x2 = x * x
+        y = lp[0]
+        for coef in lp[1:]:
+            y = y * x + coef
+        ln = x + (y * x * x2 - f32(0.5) * x2 + e * f32(-2.12194440e-4)) + e * f32(0.693359375)  # ln 2 in two parts
+        r = np.sqrt(f32(-2.0) * ln)
+        t = f32(c) * f32(2.0**-22)  # 4 u2 in [0, 4)
+        q = i32(t + f32(0.5))  # nearest quadrant
+        p = (t - f32(q)) * f32(np.pi / 2)
+        p2 = p * p
+        sn = p + p * p2 * (sp[2] + p2 * (sp[1] + p2 * sp[0]))
+        cs = f32(1.0) - f32(0.5) * p2 + p2 * p2 * (cp[2] + p2 * (cp[1] + p2 * cp[0]))
+        odd = f32(q & i32(1))  # rotate (cos p, sin p) by q quarter turns
+        sign_c = f32(1.0) - f32(2.0) * f32(((q + i32(1)) >> i32(1)) & i32(1))
+        sign_s = f32(1.0) - f32(2.0) * f32((q >> i32(1)) & i32(1))
+        return r * sign_c * (cs + odd * (sn - cs)), r * sign_s * (sn + odd * (cs - sn))
+
+    box_muller = jit(box_muller)
+
+    def normals(z, key, counter):
+        """``z`` (even length) ← standard normals; pair j from SplitMix64 output number ``counter + j`` of ``key``."""
+        half = z.shape[0] // 2
+        for j in range(half):
+            h = key + (counter + u64(j) + u64(1)) * gamma
+            h = (h ^ (h >> u64(30))) * mix1
+            h = (h ^ (h >> u64(27))) * mix2
+            h = h ^ (h >> u64(31))
+            z[j], z[j + half] = box_muller(u32(h >> u64(41)), u32((h >> u64(8)) & u64(0xFFFFFF)))
+
+    normals = jit(normals)
 
     def sweep(x, xn, scale, pert, factor, basal, start, reg, single, hn, offset, sign, strength, logic_or, hill):
         """Noise-free steady state ``x_i = P_i(x)`` of a block (G, B), genes in order (regulators first)."""
@@ -386,7 +440,39 @@ def _compile():
                 v += (acc[b] - v) * dt + amplitude * np.sqrt(acc[b] + v) * z[i, b]
                 x[i, b] = max(v, np.float32(0.0))
 
-    return SimpleNamespace(sweep=jit(sweep), step=jit(step))
+    step = jit(step)
+
+    def relax(x, xn, z, scale, pert, factor, basal, start, reg, single, hn, offset, sign, strength, logic_or, hill,
+              dt, amplitude, steps, key):
+        """``steps`` Euler–Maruyama steps of a block, the normals of step k numbered from ``k · len(z) / 2``."""
+        noise = z[:x.size].reshape(x.shape)
+        for k in range(steps):
+            normals(z, key, u64(k) * u64(z.shape[0] // 2))
+            step(x, xn, noise, scale, pert, factor, basal, start, reg, single, hn, offset, sign, strength, logic_or,
+                 hill, dt, amplitude)
+
+    return SimpleNamespace(sweep=jit(sweep), step=step, relax=jit(relax), normals=normals, box_muller=box_muller)
+
+
+def _bitcasts():
+    """Two numba intrinsics: float32 reinterpreted as uint32 and back (for the exponent of a float)."""
+    from llvmlite import ir
+    from numba import types
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def as_bits(typingctx, x):
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], ir.IntType(32))
+        return types.uint32(types.float32), codegen
+
+    @intrinsic
+    def from_bits(typingctx, x):
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], ir.FloatType())
+        return types.float32(types.uint32), codegen
+
+    return as_bits, from_bits
 
 
 _KERNELS: list[SimpleNamespace] = []

@@ -239,8 +239,8 @@ def _simulate_compiled(grn: GRN, conds: list[tuple[int, ...]], cfg: SimConfig, r
     """:func:`simulate_conditions` with :meth:`GRN.langevin_compiled`, conditions in parallel threads.
 
     The main generator draws, condition by condition, the multipliers, cell scales and one seed; the seed drives
-    the condition's normal draws (torch) and counts (numpy), so that the screen does not depend on the number of
-    threads (``torch.get_num_threads()``, one each; the kernels and the draws release the GIL).
+    the condition's normal draws (counter-based) and counts (numpy), so that the screen does not depend on the
+    number of threads (``torch.get_num_threads()``, a condition each; the kernels and the draws release the GIL).
     """
     from concurrent.futures import ThreadPoolExecutor
 
@@ -251,18 +251,12 @@ def _simulate_compiled(grn: GRN, conds: list[tuple[int, ...]], cfg: SimConfig, r
         n = cfg.control_cells if not genes else cfg.cells_per_condition
         factor, e = efficiencies(genes, n, cfg, rng)
         plan.append((genes, factor, e, rng.lognormal(0.0, cfg.cell_scale_sd, n), int(rng.integers(2**62))))
-    workers = max(torch.get_num_threads(), 1)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # one thread per condition instead
     parts, every = [], max(len(conds) // 10, 1)
-    try:
-        with ThreadPoolExecutor(workers) as pool:
-            for i, part in enumerate(pool.map(lambda p: _condition_cells(grn, p, cfg, batch_factor), plan)):
-                parts.append(part)
-                if (i + 1) % every == 0 or i + 1 == len(conds):
-                    note(f"simulated {i + 1}/{len(conds)} conditions ({grn.n_genes} genes, compiled)")
-    finally:
-        torch.set_num_threads(threads)
+    with ThreadPoolExecutor(max(torch.get_num_threads(), 1)) as pool:
+        for i, part in enumerate(pool.map(lambda p: _condition_cells(grn, p, cfg, batch_factor), plan)):
+            parts.append(part)
+            if (i + 1) % every == 0 or i + 1 == len(conds):
+                note(f"simulated {i + 1}/{len(conds)} conditions ({grn.n_genes} genes, compiled)")
     cond = np.concatenate([np.full(len(p[2]), i) for i, p in enumerate(plan)])
     return {"counts": _stack([c for p in parts for c in p["counts"]]),
             "x_log": _stack([c for p in parts for c in p["x_log"]]), "var": np.stack([p["var"] for p in parts]),
@@ -276,11 +270,8 @@ def _condition_cells(grn: GRN, plan: tuple, cfg: SimConfig, batch_factor) -> dic
     Returns ``counts`` and ``x_log`` (lists of blocks as written), ``var`` (G,) the squared standard error of the
     log1p mean (from float64 sums), ``batch`` (n,).
     """
-    import torch
-
     genes, factor, _, scale, seed = plan
-    x = grn.langevin_compiled(genes, factor, scale, torch.Generator().manual_seed(seed), cfg.steps, cfg.dt,
-                              cfg.noise)
+    x = grn.langevin_compiled(genes, factor, scale, seed, cfg.steps, cfg.dt, cfg.noise)
     rng = np.random.default_rng([seed, 1])
     total = float(x.sum(axis=1, dtype=np.float64).mean())
     counts, x_log, batch = [], [], []
