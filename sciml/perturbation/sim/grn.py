@@ -21,12 +21,14 @@ numba kernels over blocks of cells, counter-based normals); they agree in law, n
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import numpy as np
 
 BLOCK = 128  # cells per pass of the compiled engine (GRN.langevin_compiled)
+NB_INVERSION_MAX = 50.0  # means above: negative-binomial counts as Gamma–Poisson (the inversion takes ~1 + μ terms)
 
 
 @dataclass
@@ -181,6 +183,14 @@ class GRN:
             step = torch.randn(x.shape, generator=gen).mul_((prod + x).sqrt_()).mul_(amplitude)
             x = x.add_(prod.sub_(x).mul_(dt)).add_(step).clamp_min_(0.0)
         return x
+
+    def compile(self) -> None:
+        """Compile the kernels of :meth:`langevin_compiled` and :func:`negative_binomial` now (seconds, once).
+
+        One cell, one step, and one count: the threads that follow find them compiled.
+        """
+        self.langevin_compiled((), np.ones(1), np.ones(1), 0, steps=1)
+        negative_binomial(np.ones(1), 1.0, 0)
 
     def packed(self) -> PackedTerms:
         """The terms as float32 arrays sorted by target (:class:`PackedTerms`), for the compiled engine; built once."""
@@ -401,17 +411,49 @@ def _compile():
 
     box_muller = jit(box_muller)
 
+    def splitmix(key, i):
+        """Output number i of the SplitMix64 generator started at ``key`` (64 random bits; Steele et al. 2014)."""
+        h = key + (i + u64(1)) * gamma
+        h = (h ^ (h >> u64(30))) * mix1
+        h = (h ^ (h >> u64(27))) * mix2
+        return h ^ (h >> u64(31))
+
+    splitmix = jit(splitmix)
+
     def normals(z, key, counter):
         """``z`` (even length) ← standard normals; pair j from SplitMix64 output number ``counter + j`` of ``key``."""
         half = z.shape[0] // 2
         for j in range(half):
-            h = key + (counter + u64(j) + u64(1)) * gamma
-            h = (h ^ (h >> u64(30))) * mix1
-            h = (h ^ (h >> u64(27))) * mix2
-            h = h ^ (h >> u64(31))
+            h = splitmix(key, counter + u64(j))
             z[j], z[j + half] = box_muller(u32(h >> u64(41)), u32((h >> u64(8)) & u64(0xFFFFFF)))
 
     normals = jit(normals)
+
+    def negative_binomial(mu, theta, key, out):
+        """``out`` ← negative-binomial counts of means ``mu`` (flat float64) and dispersion θ (variance μ + μ²/θ).
+
+        The Gamma–Poisson law, drawn by inversion of its CDF with one uniform each (SplitMix64 output j of
+        ``key``): ``P(0) = (1 − q)^θ``, ``P(k) = P(k − 1) (k − 1 + θ) q / k`` with ``q = μ / (μ + θ)``, about
+        ``1 + μ`` terms; a mean above :data:`NB_INVERSION_MAX` is drawn as ``Poisson(Gamma(θ, μ/θ))`` instead
+        (numba's generator, seeded from ``key``).
+        """
+        np.random.seed(np.uint32(key >> u64(32)))
+        for j in range(mu.shape[0]):
+            m = mu[j]
+            if m > NB_INVERSION_MAX:
+                out[j] = np.random.poisson(np.random.gamma(theta, m / theta))
+                continue
+            u = np.float64(splitmix(key, u64(j)) >> u64(11)) * 2.0**-53  # in [0, 1)
+            q = m / (m + theta)
+            p = np.exp(theta * np.log1p(-q))
+            cdf, k = p, 0
+            while u >= cdf and p > 0.0:
+                k += 1
+                p *= (k - 1 + theta) * q / k
+                cdf += p
+            out[j] = k
+
+    negative_binomial = numba.njit(nogil=True, error_model="numpy")(negative_binomial)
 
     def sweep(x, xn, scale, pert, factor, basal, start, reg, single, hn, offset, sign, strength, logic_or, hill):
         """Noise-free steady state ``x_i = P_i(x)`` of a block (G, B), genes in order (regulators first)."""
@@ -451,7 +493,8 @@ def _compile():
             step(x, xn, noise, scale, pert, factor, basal, start, reg, single, hn, offset, sign, strength, logic_or,
                  hill, dt, amplitude)
 
-    return SimpleNamespace(sweep=jit(sweep), step=step, relax=jit(relax), normals=normals, box_muller=box_muller)
+    return SimpleNamespace(sweep=jit(sweep), step=step, relax=jit(relax), normals=normals, box_muller=box_muller,
+                           negative_binomial=negative_binomial)
 
 
 def _bitcasts():
@@ -475,13 +518,29 @@ def _bitcasts():
     return as_bits, from_bits
 
 
+def negative_binomial(mu: np.ndarray, theta: float, seed: int | list[int]) -> np.ndarray:
+    """Negative-binomial counts, float32 of the shape of ``mu`` (means, ≥ 0), dispersion θ: variance μ + μ²/θ.
+
+    The law of ``Poisson(Gamma(θ, μ/θ))`` (:func:`sciml.perturbation.sim.simulate.counts_from_levels`), drawn by
+    the compiled inversion of its CDF (about twice as fast), uniforms counter-based from ``seed`` (an entropy
+    for ``numpy.random.SeedSequence``).
+    """
+    mu = np.ascontiguousarray(mu, dtype=np.float64)
+    out = np.empty(mu.shape, dtype=np.float32)
+    key = np.random.SeedSequence(seed).generate_state(1, np.uint64)[0]
+    _kernels().negative_binomial(mu.reshape(-1), np.float64(theta), key, out.reshape(-1))
+    return out
+
+
 _KERNELS: list[SimpleNamespace] = []
+_KERNELS_LOCK = threading.Lock()
 
 
 def _kernels() -> SimpleNamespace:
-    """The compiled kernels (``sweep``, ``step``), built at first use: numba is imported then, not at import."""
-    if not _KERNELS:
-        _KERNELS.append(_compile())
+    """The compiled kernels of :func:`_compile`, built once at first use: numba is imported then, not at import."""
+    with _KERNELS_LOCK:
+        if not _KERNELS:
+            _KERNELS.append(_compile())
     return _KERNELS[0]
 
 

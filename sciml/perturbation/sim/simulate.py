@@ -21,7 +21,7 @@ import numpy as np
 from sciml.perturbation.data.anndata_io import TARGET_SUM, log_normalise
 from sciml.perturbation.data.conditions import format_condition
 from sciml.perturbation.progress import note
-from sciml.perturbation.sim.grn import GRN, random_grn
+from sciml.perturbation.sim.grn import GRN, negative_binomial, random_grn
 
 PERTURBATION_TYPES = ("knockdown", "knockout", "activation")
 ENGINES = ("auto", "numpy", "torch", "compiled")
@@ -178,6 +178,20 @@ def counts_from_levels(x: np.ndarray, cfg: SimConfig, rng: np.random.Generator,
     condition's cells when ``x`` (cells, G) holds only some of them (default: over ``x``). Returns counts and the
     batch of each cell.
     """
+    mu, batch = count_means(x, cfg, rng, batch_factor, total)
+    rate = rng.gamma(cfg.dispersion, np.maximum(mu, 1e-12) / cfg.dispersion)
+    counts = rng.poisson(rate).astype(np.float32)
+    if cfg.zero_inflation > 0:
+        counts[rng.random(counts.shape) < cfg.zero_inflation] = 0.0
+    return counts, batch
+
+
+def count_means(x: np.ndarray, cfg: SimConfig, rng: np.random.Generator, batch_factor: np.ndarray | None = None,
+                total: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Expected counts ``ℓ_c · depth · x / total · β_{b(c)}`` (cells, G) float64 and the batch of each cell.
+
+    The draws of ℓ (log-normal library sizes) and b come first in :func:`counts_from_levels`, in this order.
+    """
     lib = rng.lognormal(-0.5 * cfg.library_sd**2, cfg.library_sd, (len(x), 1))
     total = float(x.sum(axis=1).mean()) if total is None else total
     mu = lib * cfg.depth * x / max(total, 1e-12)
@@ -185,11 +199,7 @@ def counts_from_levels(x: np.ndarray, cfg: SimConfig, rng: np.random.Generator,
     if batch_factor is not None:
         batch = rng.integers(0, len(batch_factor), len(x))
         mu = mu * batch_factor[batch]
-    rate = rng.gamma(cfg.dispersion, np.maximum(mu, 1e-12) / cfg.dispersion)
-    counts = rng.poisson(rate).astype(np.float32)
-    if cfg.zero_inflation > 0:
-        counts[rng.random(counts.shape) < cfg.zero_inflation] = 0.0
-    return counts, batch
+    return mu, batch
 
 
 def gene_names(n: int) -> list[str]:
@@ -252,16 +262,17 @@ def _simulate_compiled(grn: GRN, conds: list[tuple[int, ...]], cfg: SimConfig, r
         factor, e = efficiencies(genes, n, cfg, rng)
         plan.append((genes, factor, e, rng.lognormal(0.0, cfg.cell_scale_sd, n), int(rng.integers(2**62))))
     parts, every = [], max(len(conds) // 10, 1)
+    grn.compile()  # once, here, rather than in the first threads at the same time
     with ThreadPoolExecutor(max(torch.get_num_threads(), 1)) as pool:
         for i, part in enumerate(pool.map(lambda p: _condition_cells(grn, p, cfg, batch_factor), plan)):
             parts.append(part)
             if (i + 1) % every == 0 or i + 1 == len(conds):
                 note(f"simulated {i + 1}/{len(conds)} conditions ({grn.n_genes} genes, compiled)")
     cond = np.concatenate([np.full(len(p[2]), i) for i, p in enumerate(plan)])
-    return {"counts": _stack([c for p in parts for c in p["counts"]]),
-            "x_log": _stack([c for p in parts for c in p["x_log"]]), "var": np.stack([p["var"] for p in parts]),
-            "cond": cond, "efficiency": np.concatenate([p[2] for p in plan]),
-            "batch": np.concatenate([p["batch"] for p in parts])}
+    counts = _stack([c for p in parts for c in p.pop("counts")])  # the blocks go as soon as stacked
+    x_log = _stack([c for p in parts for c in p.pop("x_log")])
+    return {"counts": counts, "x_log": x_log, "var": np.stack([p["var"] for p in parts]), "cond": cond,
+            "efficiency": np.concatenate([p[2] for p in plan]), "batch": np.concatenate([p["batch"] for p in parts])}
 
 
 def _condition_cells(grn: GRN, plan: tuple, cfg: SimConfig, batch_factor) -> dict:
@@ -276,8 +287,11 @@ def _condition_cells(grn: GRN, plan: tuple, cfg: SimConfig, batch_factor) -> dic
     total = float(x.sum(axis=1, dtype=np.float64).mean())
     counts, x_log, batch = [], [], []
     s1, s2 = np.zeros(grn.n_genes), np.zeros(grn.n_genes)
-    for lo in range(0, len(x), CHUNK):
-        c, b = counts_from_levels(x[lo:lo + CHUNK], cfg, rng, batch_factor, total)
+    for k, lo in enumerate(range(0, len(x), CHUNK)):
+        mu, b = count_means(x[lo:lo + CHUNK], cfg, rng, batch_factor, total)
+        c = negative_binomial(mu, cfg.dispersion, [seed, 2, k])  # the law of counts_from_levels
+        if cfg.zero_inflation > 0:
+            c[rng.random(c.shape) < cfg.zero_inflation] = 0.0
         xl = log_normalise(c, cfg.target_sum)
         s1 += xl.sum(axis=0, dtype=np.float64)
         s2 += np.square(xl, dtype=np.float64).sum(axis=0)
