@@ -226,3 +226,17 @@ def test_compiled_screen_same_law_as_numpy_screen():
         z = (a.mean(0) - b.mean(0)) / np.sqrt((a.var(0, ddof=1) / len(a) + b.var(0, ddof=1) / len(b)) + 1e-12)
         assert np.abs(z).max() < 4.5, label
     np.testing.assert_allclose(fast.uns["grn"]["noise_floor"], ref.uns["grn"]["noise_floor"], rtol=0.1)
+
+
+def test_other_engines_keep_their_path():
+    """``engine: torch`` and ``numpy`` still take the per-condition loop (their screens are reproduced as before);
+    ``auto`` resolves to compiled from 1,000 genes."""
+    pytest.importorskip("torch")
+    from sciml.perturbation.sim.simulate import SimConfig, simulate
+
+    assert SimConfig.from_dict({"n_genes": 1000, "n_regulators": 30}).resolved_engine == "compiled"
+    assert SimConfig.from_dict({}).resolved_engine == "numpy"
+    assert SimConfig.from_dict({"engine": "torch"}).resolved_engine == "torch"
+    adata = simulate(SMALL | {"engine": "torch", "cells_per_condition": 10, "control_cells": 20, "steps": 5})
+    counts = adata.layers["counts"]
+    assert adata.n_obs == 20 + 16 * 10 and np.array_equal(counts, np.round(counts))

@@ -249,8 +249,10 @@ def _simulate_compiled(grn: GRN, conds: list[tuple[int, ...]], cfg: SimConfig, r
     """:func:`simulate_conditions` with :meth:`GRN.langevin_compiled`, conditions in parallel threads.
 
     The main generator draws, condition by condition, the multipliers, cell scales and one seed; the seed drives
-    the condition's normal draws (counter-based) and counts (numpy), so that the screen does not depend on the
-    number of threads (``torch.get_num_threads()``, a condition each; the kernels and the draws release the GIL).
+    the condition's normals and counts (counter-based, :mod:`sciml.perturbation.sim.grn`) and library sizes
+    (numpy), so that the screen does not depend on the number of threads (``torch.get_num_threads()``, a
+    condition each; the kernels and the draws release the GIL). Compared with the per-condition loop: the same
+    law, other random numbers.
     """
     from concurrent.futures import ThreadPoolExecutor
 
