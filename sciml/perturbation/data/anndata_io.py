@@ -39,6 +39,38 @@ def read_h5ad(path: str | Path):
                         f"write it with anndata.AnnData.write_h5ad") from err
 
 
+def read_h5ad_rows(path: str | Path, select):
+    """The cells ``select(obs)`` of an ``.h5ad`` file, read from disk row by row (only those rows of X and layers).
+
+    ``select`` maps the file's ``obs`` (DataFrame) to sorted row indices, or ``None`` for every cell (then the file is
+    read whole). Only ``obs``, ``var``, ``X`` and ``layers`` are read. Errors as :func:`read_h5ad`.
+    """
+    import anndata as ad
+    import h5py
+    from anndata.io import read_elem, sparse_dataset
+
+    path = Path(path)
+    if not path.is_file():
+        return read_h5ad(path)  # raises its one-line error naming the missing file
+    try:
+        with h5py.File(path, "r") as f:
+            obs, var = read_elem(f["obs"]), read_elem(f["var"])
+            rows = select(obs)
+            if rows is None:
+                return read_h5ad(path)
+
+            def part(elem):
+                return sparse_dataset(elem)[rows] if isinstance(elem, h5py.Group) else elem[rows]
+
+            layers = {name: part(f["layers"][name]) for name in f.get("layers", {})}
+            return ad.AnnData(X=part(f["X"]), obs=obs.iloc[rows], var=var, layers=layers)
+    except (DataError, KeyboardInterrupt):
+        raise
+    except Exception as err:  # h5py/anndata raise many types for corrupted files
+        raise DataError(f"{path}: not a readable .h5ad file ({err.__class__.__name__}); "
+                        f"write it with anndata.AnnData.write_h5ad") from err
+
+
 def write_h5ad(adata, path: str | Path) -> Path:
     """Write ``adata`` to ``path`` atomically (temp file in a scratch folder, then an atomic copy-in)."""
     path = Path(path)

@@ -21,6 +21,7 @@ from sciml.perturbation.data.anndata_io import (
     log_expression,
     n_rows,
     read_h5ad,
+    read_h5ad_rows,
 )
 from sciml.perturbation.data.conditions import MAX_GENES, canonical_label, parse_condition
 
@@ -183,26 +184,30 @@ def read_controls(path: str | Path, genes: list[str], condition_key: str = "cond
     columns are selected and reordered by name; genes must still all be present). Expression is read from ``X``
     (log1p) or, with ``counts_layer``, normalised from that layer; the counts are that layer, else an
     integer-valued ``layers['counts']`` when the file has one. ``max_cells``: at most that many control cells, a
-    draw seeded by ``seed`` (:func:`cap_rows`). A sparse file is densified only on its control cells.
+    draw seeded by ``seed`` (:func:`cap_rows`). Only the control cells' rows are read from the file
+    (:func:`~sciml.perturbation.data.anndata_io.read_h5ad_rows`), and densified.
     """
     source = str(path)
-    adata = read_h5ad(path)
+
+    def control_rows(obs) -> np.ndarray | None:
+        if require_key and condition_key not in obs.columns:
+            raise DataError(f"{source}: obs has no column {condition_key!r} (columns: {list(obs.columns)[:8]}); "
+                            "name the column of condition labels, or leave --condition-key out for a file of "
+                            "control cells only")
+        if condition_key not in obs.columns:
+            return None
+        mask = obs[condition_key].astype(str).isin([control_label, "ctrl"]).to_numpy()
+        if not mask.any():
+            raise DataError(f"{source}: no control cells labelled {control_label!r} in obs[{condition_key!r}]; "
+                            f"pass the control label, or a file of control cells only without that column")
+        return np.flatnonzero(mask)
+
+    adata = read_h5ad_rows(path, control_rows)  # only the control cells' rows are read from disk
     var_names = [str(g) for g in adata.var_names]
     # with reorder, check presence only (the file's own order of the model genes is accepted)
     wanted = [g for g in var_names if g in set(genes)] if reorder and set(genes) <= set(var_names) else genes
     check_gene_order(var_names, wanted, source)
     adata = adata[:, list(genes)]
-    if require_key and condition_key not in adata.obs.columns:
-        raise DataError(f"{source}: obs has no column {condition_key!r} (columns: {list(adata.obs.columns)[:8]}); "
-                        "name the column of condition labels, or leave --condition-key out for a file of control "
-                        "cells only")
-    if condition_key in adata.obs.columns:
-        labels = adata.obs[condition_key].astype(str)
-        mask = labels.isin([control_label, "ctrl"]).to_numpy()
-        if not mask.any():
-            raise DataError(f"{source}: no control cells labelled {control_label!r} in obs[{condition_key!r}]; "
-                            f"pass the control label, or a file of control cells only without that column")
-        adata = adata[mask]
     keep = cap_rows(np.arange(adata.n_obs), max_cells, seed)
     if len(keep) < adata.n_obs:
         adata = adata[keep]
