@@ -272,22 +272,41 @@ def _simulate_compiled(grn: GRN, conds: list[tuple[int, ...]], cfg: SimConfig, r
                 note(f"simulated {i + 1}/{len(conds)} conditions ({grn.n_genes} genes, compiled)")
     cond = np.concatenate([np.full(len(p[2]), i) for i, p in enumerate(plan)])
     counts = _stack([c for p in parts for c in p.pop("counts")])  # the blocks go as soon as stacked
-    x_log = _stack([c for p in parts for c in p.pop("x_log")])
-    return {"counts": counts, "x_log": x_log, "var": np.stack([p["var"] for p in parts]), "cond": cond,
+    return {"counts": counts, "x_log": _log_normalise_stacked(counts, cfg.target_sum),
+            "var": np.stack([p["var"] for p in parts]), "cond": cond,
             "efficiency": np.concatenate([p[2] for p in plan]), "batch": np.concatenate([p["batch"] for p in parts])}
 
 
-def _condition_cells(grn: GRN, plan: tuple, cfg: SimConfig, batch_factor) -> dict:
-    """One condition of :func:`_simulate_compiled`: levels, then counts and log1p values by :data:`CHUNK` cells.
+def _log_normalise_stacked(counts, target_sum: float):
+    """``log1p(c / Σc · target_sum)`` per cell of the stacked counts (the formula of :func:`log_normalise`).
 
-    Returns ``counts`` and ``x_log`` (lists of blocks as written), ``var`` (G,) the squared standard error of the
-    log1p mean (from float64 sums), ``batch`` (n,).
+    For CSR: on the non-zeros of this freshly built matrix, without the defensive copy of :func:`log_normalise`
+    (a new ``data``, copied ``indices`` and ``indptr``); float32 sums of integer counts are exact.
+    """
+    if not hasattr(counts, "tocsr"):
+        return log_normalise(counts, target_sum)
+    import scipy.sparse as sp
+
+    per_row = np.diff(counts.indptr)
+    lib = np.zeros(counts.shape[0], dtype=np.float32)
+    rows = per_row > 0
+    lib[rows] = np.add.reduceat(counts.data, counts.indptr[:-1][rows])
+    scale = np.float32(target_sum) / np.maximum(lib, np.float32(1e-12))
+    data = np.log1p(counts.data * np.repeat(scale, per_row)).astype(np.float32, copy=False)
+    return sp.csr_matrix((data, counts.indices.copy(), counts.indptr.copy()), shape=counts.shape)
+
+
+def _condition_cells(grn: GRN, plan: tuple, cfg: SimConfig, batch_factor) -> dict:
+    """One condition of :func:`_simulate_compiled`: levels, then counts by :data:`CHUNK` cells.
+
+    Returns ``counts`` (a list of blocks as written), ``var`` (G,) the squared standard error of the log1p mean
+    (from float64 sums of the chunks' log1p values, which are not kept), ``batch`` (n,).
     """
     genes, factor, _, scale, seed = plan
     x = grn.langevin_compiled(genes, factor, scale, seed, cfg.steps, cfg.dt, cfg.noise)
     rng = np.random.default_rng([seed, 1])
     total = float(x.sum(axis=1, dtype=np.float64).mean())
-    counts, x_log, batch = [], [], []
+    counts, batch = [], []
     s1, s2 = np.zeros(grn.n_genes), np.zeros(grn.n_genes)
     for k, lo in enumerate(range(0, len(x), CHUNK)):
         mu, b = count_means(x[lo:lo + CHUNK], cfg, rng, batch_factor, total)
@@ -298,11 +317,10 @@ def _condition_cells(grn: GRN, plan: tuple, cfg: SimConfig, batch_factor) -> dic
         s1 += xl.sum(axis=0, dtype=np.float64)
         s2 += np.square(xl, dtype=np.float64).sum(axis=0)
         counts.append(_store(c, cfg))
-        x_log.append(_store(xl, cfg))
         batch.append(b)
     n = len(x)
     var = np.maximum(s2 - s1**2 / n, 0.0) / (n - 1) / n if n > 1 else np.full(grn.n_genes, np.nan)
-    return {"counts": counts, "x_log": x_log, "var": var, "batch": np.concatenate(batch)}
+    return {"counts": counts, "var": var, "batch": np.concatenate(batch)}
 
 
 def _store(block: np.ndarray, cfg: SimConfig):
