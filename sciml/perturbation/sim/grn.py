@@ -17,6 +17,7 @@ Cells: chemical Langevin steps ``dx = (P(x) − x) dt + σ (√P dW₁ − √x 
 Three engines take the same Euler–Maruyama steps: :meth:`GRN.langevin` (numpy, float64), :meth:`GRN.langevin_torch`
 (float32, the two noise terms as one normal of variance ``P + x``) and :meth:`GRN.langevin_compiled` (float32,
 numba kernels over blocks of cells, counter-based normals); they agree in law, not in random numbers.
+(About 600 lines: the kernels sit beside the model they compile; a ``_kernels.py`` of their own is the next split.)
 """
 
 from __future__ import annotations
