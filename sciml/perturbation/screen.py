@@ -83,9 +83,9 @@ def read_doubles(dm, keys: Sequence[str]) -> Doubles:
     """
     stats: dict[str, list[np.ndarray]] = {"mu0": [], "target": [], "delta": [], "var": []}
     for key in keys:
-        x, c = dm.cells(key), dm.control_matrix(key)
-        for name, value in (("mu0", c.mean(0)), ("target", x.mean(0)), ("delta", x.mean(0) - c.mean(0)),
-                            ("var", mean_variance(x) + mean_variance(c))):
+        x, (mu0, c_var) = dm.cells(key), dm.control_moments(key)
+        for name, value in (("mu0", mu0), ("target", x.mean(0)), ("delta", x.mean(0) - mu0),
+                            ("var", mean_variance(x) + c_var)):
             stats[name].append(value)
 
     def stack(rows: list[np.ndarray]) -> Tensor:
@@ -117,7 +117,7 @@ def single_variances(dm) -> dict[int, Tensor]:
     from sciml.perturbation.baselines.simple import by_single_gene
 
     per_gene = by_single_gene(dm, dm.conditions["train"],
-                              lambda key: mean_variance(dm.cells(key)) + mean_variance(dm.control_matrix(key)))
+                              lambda key: mean_variance(dm.cells(key)) + dm.control_moments(key)[1])
     index = {g: i for i, g in enumerate(dm.perturbation_genes)}
     return {index[g]: torch.as_tensor(np.sum(v, axis=0) / len(v) ** 2, dtype=torch.float32)
             for g, v in per_gene.items()}
@@ -176,7 +176,7 @@ def read_screen(dm) -> Screen:
     effects, variances = single_effects(dm), single_variances(dm)
     doubles = {split: read_doubles(dm, double_keys(dm, set(effects), split)) for split in ("train", "val")}
     rule_doubles = training_doubles(dm)
-    ctrl_mean = torch.as_tensor(dm.control_matrix().mean(0), dtype=torch.float32)
+    ctrl_mean = torch.as_tensor(dm.control_moments()[0], dtype=torch.float32)
     perturbed = sorted({g for key in dm.conditions["train"] for g in dm.perturbation(key)})
     closure = data_closure(dm)
     singles = Singles.from_measured(effects, variances, len(dm.perturbation_genes), len(dm.genes))

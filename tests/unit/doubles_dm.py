@@ -26,6 +26,9 @@ class DoublesDM:
     def control_matrix(self, key=None):
         return torch.full((1, self.n_genes), self.ctrl).numpy()
 
+    def control_moments(self, key=None):
+        return self.control_matrix(key)[0], torch.zeros(self.n_genes).numpy()  # one control cell: no variance
+
 
 def screen_of(model, dm) -> Screen:
     """The :class:`~sciml.perturbation.screen.Screen` of ``model``'s singles and the doubles of ``dm``."""

@@ -50,6 +50,10 @@ def test_batch_contract(toy_path, tmp_path):
         assert all(np.isclose(x, cell.numpy()).all(1).any() for cell in b["x_pert"][b["condition"].index(cond)])
     ctrl = dm.control_matrix()
     assert all(np.isclose(ctrl, c.numpy()).all(1).any() for c in b["x_ctrl"][0])
+    mean, var = dm.control_moments(cond)  # cached per cell type: the same arrays on the next call
+    np.testing.assert_allclose(mean, ctrl.mean(0), rtol=1e-6)
+    np.testing.assert_allclose(var, ctrl.var(0, ddof=1) / len(ctrl), rtol=1e-5)
+    assert dm.control_moments(cond)[0] is mean
     split = json.loads((tmp_path / "split.json").read_text())
     assert split["test"] == dm.conditions["test"] and split["kind"] == "additive"
 

@@ -110,6 +110,7 @@ class PerturbationDataModule(SplitDataModule):
         self.gene_graph: torch.Tensor | None = None
         self.table: CellTable | None = None
         self._controls: dict[str, np.ndarray] = {}
+        self._control_moments: dict[str | None, tuple[np.ndarray, np.ndarray]] = {}
 
     @classmethod
     def from_config(cls, data: dict, run_dir: str | None = None) -> PerturbationDataModule:
@@ -189,6 +190,19 @@ class PerturbationDataModule(SplitDataModule):
                 self._controls[k] = dense_rows(table.x, table.index[k])
             parts.append(self._controls[k])
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def control_moments(self, condition: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Mean ``(G,)`` and squared standard error of the mean ``(G,)`` of :meth:`control_matrix`, cached.
+
+        The standard error is ``var(ddof=1)/n`` (0 for a single cell); computed once per cell type, not once per
+        condition measured against those controls.
+        """
+        key = None if condition is None else self._require().cell_type.get(self.key(condition), "")
+        if key not in self._control_moments:
+            c = self.control_matrix(condition)
+            var = c.var(axis=0, ddof=1) / len(c) if len(c) > 1 else np.zeros(c.shape[1])
+            self._control_moments[key] = (c.mean(0), var)
+        return self._control_moments[key]
 
     def key(self, condition: str) -> str:
         """Condition key of a label in any accepted convention (cell-type suffix kept)."""
