@@ -84,9 +84,9 @@ def write_h5ad(adata, path: str | Path) -> Path:
 
 
 def dense(matrix) -> np.ndarray:
-    """A dense float32 copy of a (possibly sparse) matrix."""
+    """A dense, C-ordered float32 copy of a (possibly sparse) matrix (row order: sums over cells round the same)."""
     matrix = matrix.toarray() if hasattr(matrix, "toarray") else np.asarray(matrix)
-    return np.asarray(matrix, dtype=np.float32)
+    return np.ascontiguousarray(matrix, dtype=np.float32)
 
 
 def is_sparse(matrix) -> bool:
