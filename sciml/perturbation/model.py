@@ -370,19 +370,21 @@ class PerturbationModel(torch.nn.Module):
             return None
         return self.prior_mean(pert).abs().topk(int(k), -1).indices.sort(-1).values
 
-    def _integrate_focused(self, x0: Tensor, x_ctrl: Tensor, pert: Tensor, genes: Tensor, steps: int,
-                           method: str) -> Tensor:
-        """One condition (``C = 1``): the flow on ``genes`` ``(K,)``; every other gene moves by its prior mean.
+    def _integrate(self, x0: Tensor, x_ctrl: Tensor, pert: Tensor, steps: int, method: str,
+                   genes: Tensor | None = None) -> Tensor:
+        """The flow from ``x0`` ``(C, N, G)``; with ``genes`` ``(K,)`` (one condition) on those genes only.
 
         Outside ``genes`` the network's remainder is taken as zero, so the velocity is the prior mean (:meth:`shift`)
         and the straight path ends at ``x0 + shift``.
         """
-        sub_ctrl = x_ctrl[..., genes]
+        sub_ctrl = x_ctrl if genes is None else x_ctrl[..., genes]
         context = self.context(sub_ctrl, pert, genes)
 
         def field(x: Tensor, t: Tensor) -> Tensor:
             return self.velocity(x, t.expand(x.shape[:2]), sub_ctrl, pert, genes, context=context)
 
+        if genes is None:
+            return integrate(field, x0, steps, method)
         x = x0 + self.shift(pert, self.prior(pert))
         x[..., genes] = integrate(field, x0[..., genes], steps, method)
         return x
@@ -405,14 +407,9 @@ class PerturbationModel(torch.nn.Module):
         steps, method = steps or self.flow["steps"], method or self.flow["method"]
         focus = self.focus(pert)
         if focus is None:
-            context = self.context(x_ctrl, pert)
-
-            def field(x: Tensor, t: Tensor) -> Tensor:
-                return self.velocity(x, t.expand(x.shape[:2]), x_ctrl, pert, context=context)
-
-            x = integrate(field, x0, steps, method)
+            x = self._integrate(x0, x_ctrl, pert, steps, method)
         else:
-            x = torch.cat([self._integrate_focused(x0[c:c + 1], x_ctrl[c:c + 1], pert[c:c + 1], focus[c], steps, method)
+            x = torch.cat([self._integrate(x0[c:c + 1], x_ctrl[c:c + 1], pert[c:c + 1], steps, method, focus[c])
                            for c in range(len(pert))])
         clipped = x.clamp_min(0.0) if self.flow["nonnegative"] else x
         fallback, exact_mean = self.prior_settings.additive_fallback, self.prior_settings.exact_mean
