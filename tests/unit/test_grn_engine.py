@@ -148,7 +148,7 @@ def test_box_muller_matches_float64():
     5e-7 relative (exhaustive checks over all 2^23 values of a at angle 0 and all 2^24 values of c, one input at
     a time, measured 1.1e-7 relative for the radius and 2.2e-7 for cos and sin)."""
     pytest.importorskip("numba")
-    from sciml.perturbation.sim.grn import _kernels
+    from sciml.perturbation.sim.kernels import kernels as _kernels
 
     rng = np.random.default_rng(0)
     a = np.r_[0, 1, 2**22, 2**23 - 1, rng.integers(0, 2**23, 20000)].astype(np.uint32)
@@ -166,7 +166,7 @@ def test_counter_based_normals_are_standard_normal():
     pytest.importorskip("numba")
     from scipy import stats
 
-    from sciml.perturbation.sim.grn import _kernels
+    from sciml.perturbation.sim.kernels import kernels as _kernels
 
     n = 10**6
     z = np.empty(n, dtype=np.float32)
@@ -192,7 +192,7 @@ def test_compiled_negative_binomial_law(theta):
     pytest.importorskip("numba")
     from scipy import stats
 
-    from sciml.perturbation.sim.grn import negative_binomial
+    from sciml.perturbation.sim.kernels import negative_binomial
 
     n = 100_000
     for i, mu in enumerate((0.05, 0.5, 3.0, 20.0, 80.0)):

@@ -21,7 +21,8 @@ import numpy as np
 from sciml.perturbation.data.anndata_io import TARGET_SUM, log_normalise
 from sciml.perturbation.data.conditions import format_condition
 from sciml.perturbation.progress import note
-from sciml.perturbation.sim.grn import GRN, negative_binomial, random_grn
+from sciml.perturbation.sim.grn import GRN, random_grn
+from sciml.perturbation.sim.kernels import negative_binomial
 
 PERTURBATION_TYPES = ("knockdown", "knockout", "activation")
 ENGINES = ("auto", "numpy", "torch", "compiled")
@@ -249,7 +250,7 @@ def _simulate_compiled(grn: GRN, conds: list[tuple[int, ...]], cfg: SimConfig, r
     """:func:`simulate_conditions` with :meth:`GRN.langevin_compiled`, conditions in parallel threads.
 
     The main generator draws, condition by condition, the multipliers, cell scales and one seed; the seed drives
-    the condition's normals and counts (counter-based, :mod:`sciml.perturbation.sim.grn`) and library sizes
+    the condition's normals and counts (counter-based, :mod:`sciml.perturbation.sim.kernels`) and library sizes
     (numpy), so that the screen does not depend on the number of threads (``torch.get_num_threads()``, a
     condition each; the kernels and the draws release the GIL). Compared with the per-condition loop: the same
     law, other random numbers.
