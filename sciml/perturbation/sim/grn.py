@@ -195,8 +195,23 @@ class GRN:
     def packed(self) -> PackedTerms:
         """The terms as float32 arrays sorted by target (:class:`PackedTerms`), for the compiled engine; built once."""
         if self._packed is None:
-            self._packed = PackedTerms.from_grn(self)
+            self._packed = self._pack()
         return self._packed
+
+    def _pack(self) -> PackedTerms:
+        order = np.argsort(self.target, kind="stable")
+        target, regs, act = self.target[order], self.regs[order].reshape(-1, 2), self.activating[order].reshape(-1, 2)
+        valid = regs >= 0
+        f32 = np.float32
+        logic_or = np.zeros(len(order), bool) if self.logic_or is None else self.logic_or[order].astype(bool)
+        return PackedTerms(start=np.searchsorted(target, np.arange(self.n_genes + 1)).astype(np.int64),
+                           reg=np.ascontiguousarray(np.maximum(regs, 0), dtype=np.int64), single=~valid[:, 1],
+                           hn=np.ascontiguousarray(self.half[order] ** self.hill, dtype=f32),
+                           offset=np.where(valid & act, 0.0, 1.0).astype(f32),
+                           sign=np.where(valid, np.where(act, 1.0, -1.0), 0.0).astype(f32),
+                           strength=self.strength[order].astype(f32), logic_or=logic_or,
+                           basal=self.basal.astype(f32), n_regulators=int(regs.max(initial=-1)) + 1,
+                           ordered=bool((regs < target[:, None]).all()))
 
     def langevin_compiled(self, genes: tuple[int, ...], factor: np.ndarray, scale: np.ndarray, seed: int,
                           steps: int = 100, dt: float = 0.05, noise: float = 1.0, block: int = BLOCK) -> np.ndarray:

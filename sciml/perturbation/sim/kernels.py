@@ -11,12 +11,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import TYPE_CHECKING
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from sciml.perturbation.sim.grn import GRN
 
 NB_INVERSION_MAX = 50.0  # means above: negative-binomial counts as Gamma–Poisson (the inversion takes ~1 + μ terms)
 
@@ -52,23 +48,6 @@ class PackedTerms:
     basal: np.ndarray
     n_regulators: int
     ordered: bool
-
-    @classmethod
-    def from_grn(cls, grn: GRN) -> PackedTerms:
-        """The terms of ``grn`` (:class:`~sciml.perturbation.sim.grn.GRN`), packed."""
-        order = np.argsort(grn.target, kind="stable")
-        target, regs, act = grn.target[order], grn.regs[order].reshape(-1, 2), grn.activating[order].reshape(-1, 2)
-        valid = regs >= 0
-        f32 = np.float32
-        logic_or = np.zeros(len(order), bool) if grn.logic_or is None else grn.logic_or[order].astype(bool)
-        return cls(start=np.searchsorted(target, np.arange(grn.n_genes + 1)).astype(np.int64),
-                   reg=np.ascontiguousarray(np.maximum(regs, 0), dtype=np.int64), single=~valid[:, 1],
-                   hn=np.ascontiguousarray(grn.half[order] ** grn.hill, dtype=f32),
-                   offset=np.where(valid & act, 0.0, 1.0).astype(f32),
-                   sign=np.where(valid, np.where(act, 1.0, -1.0), 0.0).astype(f32),
-                   strength=grn.strength[order].astype(f32), logic_or=logic_or, basal=grn.basal.astype(f32),
-                   n_regulators=int(regs.max(initial=-1)) + 1,
-                   ordered=bool((regs < target[:, None]).all()))
 
     def arguments(self) -> tuple:
         """The arrays in the order the kernels take them."""
