@@ -64,6 +64,7 @@ GENES = (500, 1000, 2000, 5000)
 CELLS = (10_000, 50_000, 100_000)
 NETWORK = {500: (10, 100), 1000: (20, 150), 2000: (40, 250), 5000: (100, 500)}  # genes: (masters, regulators)
 CONTROL_SHARE = 0.1
+PROGRAM_SIZES = ("seed", "n_genes", "n_singles", "n_doubles", "cells_per_condition", "control_cells")
 GIB = 1024**2  # ru_maxrss is in KiB on Linux
 
 
@@ -403,17 +404,21 @@ def accuracy(genes: int, args) -> dict:
     from sciml.perturbation.module import PerturbationFlow
     from sciml.perturbation.predict import generate
     from sciml.perturbation.screen import double_keys, read_doubles
+    from sciml.perturbation.sim.programs import simulate_programs
     from sciml.perturbation.sim.simulate import simulate
 
     torch.set_num_threads(args.threads)
-    folder = Path(args.work) / f"accuracy_{genes}"
+    programs = args.simulator == "programs"
+    folder = Path(args.work) / (f"programs_{genes}" if programs else f"accuracy_{genes}")
     folder.mkdir(parents=True, exist_ok=True)
     sim_cfg = load_config(ROOT / "configs" / "perturbation" / f"grn_{genes}.yaml")["grn"] | {"seed": args.seed}
+    if programs:  # the same sizes, drawn by the program law
+        sim_cfg = {k: sim_cfg[k] for k in PROGRAM_SIZES}
     path = folder / "screen.h5ad"
-    out: dict = {"config": f"configs/perturbation/grn_{genes}.yaml", "seed": args.seed}
+    out: dict = {"config": f"configs/perturbation/grn_{genes}.yaml", "seed": args.seed, "simulator": args.simulator}
     if not path.is_file():
         start = time.perf_counter()
-        write_h5ad(simulate(sim_cfg), path)
+        write_h5ad(simulate_programs(sim_cfg) if programs else simulate(sim_cfg), path)
         out["simulate_s"] = round(time.perf_counter() - start, 1)
     cfg = seeded_case(load_config(RECIPE), path, args.seed)
     ckpt = folder / "run" / "checkpoints" / "last.ckpt"
@@ -518,6 +523,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--accuracy", type=int, nargs="+", default=None, metavar="GENES",
                    help="instead of the grid: the recipe's accuracy on configs/perturbation/grn_<GENES>.yaml")
     p.add_argument("--accuracy-cells", type=int, default=50, help="cells generated per test double (--accuracy)")
+    p.add_argument("--simulator", choices=("grn", "programs"), default="grn", help="--accuracy screens drawn by the "
+                   "GRN simulator (the recipe's development screens) or by the program law it was not tuned on "
+                   "(sciml.perturbation.sim.programs), at the sizes of configs/perturbation/grn_<GENES>.yaml")
     p.add_argument("--table", action="store_true", help="print the docs table of --output and exit")
     # children
     p.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
@@ -539,8 +547,8 @@ def main(argv: list[str] | None = None) -> int:
             result = accuracy(genes, args) | {"caveat": args.caveat, "threads": args.threads,
                                                "command": "python benchmarks/perturbation_scale.py "
                                                           + " ".join(sys.argv[1:])}
-            merge_results(output, {f"grn_{genes}": result})
-            print(f"grn_{genes}: {json.dumps(result['done_when'], default=float)}", flush=True)
+            merge_results(output, {f"{args.simulator}_{genes}": result})
+            print(f"{args.simulator}_{genes}: {json.dumps(result['done_when'], default=float)}", flush=True)
         print(f"wrote {output}", flush=True)
         return 0
 

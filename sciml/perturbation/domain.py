@@ -54,6 +54,7 @@ FILE = "domain.json"
 KEYS = {"format_version", "method", "seed", "control_label", "pca_mean", "components", "domain",
         "train_conditions", "n_control_cells"}
 NO_GUARANTEE = "the effect band carries no guarantee"
+PROJECT_ENTRIES = 2**21  # cells x genes projected at once (bounds the float64 copy)
 
 
 def rule_reasons(label: str, train_conditions: Sequence[str], control_label: str = "ctrl") -> list[str]:
@@ -123,10 +124,13 @@ class PerturbationDomain:
 
     def project(self, x: np.ndarray) -> torch.Tensor:
         """Cells ``(m, G)`` log1p → principal-component coordinates ``(m, c)`` float64."""
-        x = np.asarray(x, dtype=np.float64)
+        x = np.asarray(x)
         if x.ndim != 2 or x.shape[1] != self.pca_mean.size:
             raise ValueError(f"control cells must have shape (m, {self.pca_mean.size}), got {x.shape}")
-        return torch.from_numpy((x - self.pca_mean) @ self.components.T)
+        rows = max(1, PROJECT_ENTRIES // x.shape[1])  # float64 a block of cells at a time, not the whole copy
+        return torch.from_numpy(np.concatenate(
+            [(x[i:i + rows].astype(np.float64) - self.pca_mean) @ self.components.T for i in range(0, len(x), rows)]
+            or [np.zeros((0, len(self.components)))]))
 
     def cell_pvalues(self, x: np.ndarray) -> np.ndarray:
         """Conformal p-value of each control cell ``(m, G)``; shape ``(m,)``."""

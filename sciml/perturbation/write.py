@@ -44,7 +44,7 @@ def to_anndata(result: dict, genes: list[str], info: dict, controls: ControlCell
 
     cells = result["cells"]
     c, n, g = cells.shape
-    x = cells.reshape(c * n, g).astype(np.float32)
+    x = np.asarray(cells.reshape(c * n, g), dtype=np.float32)  # a view of float32 cells, not a copy
     conditions = list(result["conditions"])
     given = conditions if given is None else [str(label) for label in given]
     rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(1,)))  # apart from the cells' draws

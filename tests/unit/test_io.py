@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from sciml.core.io.artifact import ArtifactError, load_artifact, save_artifact, with_card_section
-from sciml.core.io.atomic import atomic_directory, atomic_open, atomic_write_text
+from sciml.core.io.atomic import atomic_directory, atomic_open, atomic_path, atomic_write_text
 
 
 def test_failed_write_keeps_previous_file(tmp_path):
@@ -19,6 +19,19 @@ def test_failed_write_keeps_previous_file(tmp_path):
         raise RuntimeError("killed mid-write")
     assert path.read_text() == "old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["out.csv"]
+
+
+def test_path_writer_renames_its_file_in_or_keeps_the_previous_one(tmp_path):
+    path = tmp_path / "out.h5ad"
+    atomic_write_text(path, "old\n")
+    with pytest.raises(RuntimeError), atomic_path(path) as tmp:
+        assert tmp.name == "out.h5ad" and tmp.parent.parent == tmp_path
+        tmp.write_text("partial")
+        raise RuntimeError("killed mid-write")
+    assert path.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["out.h5ad"]
+    with atomic_path(path) as tmp:
+        tmp.write_text("new\n")
+    assert path.read_text() == "new\n" and [p.name for p in tmp_path.iterdir()] == ["out.h5ad"]
 
 
 def test_failed_directory_keeps_previous_folder(tmp_path):
@@ -72,6 +85,8 @@ def test_atomic_outputs_get_normal_permissions(tmp_path):
     umask = os.umask(0o022)
     try:
         atomic_write_text(tmp_path / "f.txt", "x")
+        with atomic_path(tmp_path / "p.h5ad") as tmp:
+            tmp.write_text("z")
         with atomic_directory(tmp_path / "d") as tmp:
             (tmp / "a").write_text("y")
         art = save_artifact(tmp_path / "art", config={"task": "toy"}, state_dict={"w": torch.ones(2)}, metadata={},
@@ -79,6 +94,7 @@ def test_atomic_outputs_get_normal_permissions(tmp_path):
     finally:
         os.umask(umask)
     assert stat.S_IMODE((tmp_path / "f.txt").stat().st_mode) == 0o644
+    assert stat.S_IMODE((tmp_path / "p.h5ad").stat().st_mode) == 0o644
     assert stat.S_IMODE((tmp_path / "d").stat().st_mode) == 0o755
     assert {stat.S_IMODE(f.stat().st_mode) for f in art.iterdir()} == {0o644}  # safetensors alone writes 0600
 

@@ -121,3 +121,18 @@ def test_control_counts_layer_is_read_when_it_holds_counts(tmp_path):
     read = read_controls(tmp_path / "d.h5ad", genes, "perturbation", "control")
     assert read.counts is None and read.counts_layer is None
     np.testing.assert_array_equal(read.x, controls.x)
+
+
+def test_counts_do_not_depend_on_the_threads_and_zero_cells_draw_nothing(monkeypatch):
+    import sciml.perturbation.counts as counts_module
+
+    monkeypatch.setattr(counts_module, "ROWS_PER_DRAW", 64)  # several blocks
+    controls = _controls()
+    x = _generated(controls).reshape(-1, controls.x.shape[1])
+    x[5] = 0.0
+    scales = library_scales(controls.x, controls.counts)
+    one, k1 = sample_counts(x, scales, np.random.default_rng(4), workers=1)
+    two, k2 = sample_counts(x, scales, np.random.default_rng(4), workers=2)
+    assert one.has_canonical_format and one.dtype == np.int32 and one.shape == x.shape
+    assert (one != two).nnz == 0 and np.array_equal(k1, k2)
+    assert one[5].nnz == 0 and ((one.toarray() > 0) <= (x > 0)).all()  # a zero rate draws no count

@@ -70,3 +70,23 @@ def test_predict_genes_is_saved_with_the_model():
     assert PerturbationFlow(**m.hparams).flow["predict_genes"] is None and m.focus(PERT) is None
     m.set_flow(predict_genes="auto")  # resolved for this 8-gene panel: every gene
     assert m.flow["predict_genes"] is None and m.hparams["flow"]["predict_genes"] == "auto"
+
+
+def test_generate_on_threads_gives_the_cells_of_one_thread():
+    from sciml.perturbation import predict
+
+    m = _model(predict_genes=3)
+    ctrl = torch.rand(40, G, generator=torch.Generator().manual_seed(2)).numpy()
+    rows = [[0, -1], [1, -1], [0, 1], [1, 0], [0, -1]]
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = predict.generate(m, ctrl, rows, 300, seed=3)  # one condition per group: five groups
+        torch.set_num_threads(2)
+        two = predict.generate(m, ctrl, rows, 300, seed=3)
+        assert torch.get_num_threads() == 2  # restored after the worker threads
+    finally:
+        torch.set_num_threads(before)
+    assert one.shape == (5, 300, G) and (one[1:] == two[1:]).all()  # on one torch thread each: the same cells
+    torch.testing.assert_close(two[0], one[0], rtol=1e-6, atol=1e-6)  # the first group on 2: float32 rounding
+    assert not (one[0] == one[4]).all()  # the same condition at another position: its own draws

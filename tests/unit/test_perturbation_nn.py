@@ -262,3 +262,17 @@ def test_integrate_rejects_bad_settings():
         integrate(lambda x, t: x, torch.zeros(1), 2, "midpoint")
     with pytest.raises(ValueError, match="steps"):
         integrate(lambda x, t: x, torch.zeros(1), 0)
+
+
+def test_gene_vectors_kept_for_prediction_follow_weight_changes():
+    net = _net()
+    with torch.no_grad():
+        kept = net.pert.gene_vectors(net.gene.weight, net.adjacency)
+        assert net.pert.gene_vectors(net.gene.weight, net.adjacency) is kept
+        net.gene.weight[3] += 1.0  # an in-place change (an optimiser step, load_state_dict) is seen
+        torch.testing.assert_close(net.pert.gene_vectors(net.gene.weight, net.adjacency),
+                                   net.pert._gene_vectors(net.gene.weight, net.adjacency), rtol=0, atol=0)
+        net.pert.graph_proj.weight.mul_(2.0)
+        torch.testing.assert_close(net.pert.gene_vectors(net.gene.weight, net.adjacency),
+                                   net.pert._gene_vectors(net.gene.weight, net.adjacency), rtol=0, atol=0)
+    assert net.pert.gene_vectors(net.gene.weight, net.adjacency).requires_grad  # training: computed afresh

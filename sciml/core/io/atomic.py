@@ -54,6 +54,26 @@ def atomic_open(path: str | Path, mode: str = "w", **kwargs) -> Iterator[IO]:
         raise
 
 
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """A temporary path for a writer that takes a file name (h5py, anndata): renamed over ``path`` on success.
+
+    The temporary file has ``path``'s name, in a scratch folder beside it (a writer that checks the suffix sees
+    the real one); it is fsynced, renamed in one step (no copy) and the scratch folder removed. On an exception
+    ``path`` is left untouched.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp") as scratch:
+        tmp = Path(scratch) / path.name
+        yield tmp
+        with open(tmp, "rb") as handle:
+            os.fsync(handle.fileno())
+        os.chmod(tmp, default_mode())
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` atomically (UTF-8)."""
     with atomic_open(path, "w", encoding="utf-8") as handle:

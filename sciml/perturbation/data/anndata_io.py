@@ -9,14 +9,12 @@ user-triggerable problem raises :class:`DataError` with one line naming the file
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from sciml.core.io.atomic import atomic_open
+from sciml.core.io.atomic import atomic_path
 
 TARGET_SUM = 1e4  # library size after normalisation (counts per 10k)
 
@@ -72,15 +70,10 @@ def read_h5ad_rows(path: str | Path, select):
 
 
 def write_h5ad(adata, path: str | Path) -> Path:
-    """Write ``adata`` to ``path`` atomically (temp file in a scratch folder, then an atomic copy-in)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.name}.") as scratch:
-        tmp = Path(scratch) / path.name
+    """Write ``adata`` to ``path`` atomically (:func:`~sciml.core.io.atomic.atomic_path`: written once, renamed)."""
+    with atomic_path(path) as tmp:
         adata.write_h5ad(tmp)
-        with open(tmp, "rb") as src, atomic_open(path, "wb") as dst:
-            shutil.copyfileobj(src, dst)
-    return path
+    return Path(path)
 
 
 def dense(matrix) -> np.ndarray:

@@ -62,9 +62,22 @@ class PerturbationEmbedding(nn.Module):
         self.phi = nn.Sequential(nn.Linear(dim, dim), nn.SiLU(), nn.Linear(dim, dim))
         self.rho = nn.Sequential(nn.SiLU(), nn.Linear(dim, dim))
         self.hops = hops
+        self._vectors: tuple | None = None  # (key, gene vectors) kept for prediction (gene_vectors)
 
     def gene_vectors(self, gene_table: Tensor, adjacency: Tensor) -> Tensor:
-        """``e_g`` for every gene, ``(V, dim)``."""
+        """``e_g`` for every gene, ``(V, dim)``.
+
+        Without gradients (prediction) the table is kept until a tensor it reads changes (its version or storage):
+        propagating over a wide panel's ``(V, V)`` graph costs more than the rest of a condition's embedding.
+        """
+        if torch.is_grad_enabled():
+            return self._gene_vectors(gene_table, adjacency)
+        key = tuple((t.data_ptr(), t._version) for t in (gene_table, adjacency, *self.parameters()))
+        if self._vectors is None or self._vectors[0] != key:
+            self._vectors = (key, self._gene_vectors(gene_table, adjacency))
+        return self._vectors[1]
+
+    def _gene_vectors(self, gene_table: Tensor, adjacency: Tensor) -> Tensor:
         return self.identity.weight + self.graph_proj(propagate(gene_table, adjacency, self.hops))
 
     def forward(self, pert: Tensor, gene_table: Tensor, adjacency: Tensor) -> Tensor:
