@@ -251,3 +251,13 @@ def test_rows_still_above_the_tolerance_after_the_last_step_are_logged(monkeypat
     with caplog.at_level("WARNING", logger=shrinkage.__name__):
         pi = fit_weights(lik)
     assert "above the gap tolerance" in caplog.text and torch.isfinite(pi).all()
+
+
+def test_rows_in_blocks_give_the_rows_at_once(monkeypatch):
+    g = torch.Generator().manual_seed(3)
+    var = torch.rand(7, 300, generator=g, dtype=torch.float64) * 0.05 + 0.01
+    delta = torch.randn(7, 300, generator=g, dtype=torch.float64) * (torch.rand(7, 300, generator=g) < 0.2) \
+        + var.sqrt() * torch.randn(7, 300, generator=g, dtype=torch.float64)
+    whole = shrinkage.ash_by_row(delta, var)
+    monkeypatch.setattr(shrinkage, "POSTERIOR_ENTRIES", 2 * 300 * (shrinkage.N_SCALES + 1))  # 2 rows per block
+    torch.testing.assert_close(shrinkage.ash_by_row(delta, var), whole, rtol=0, atol=1e-12)

@@ -7,7 +7,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from sciml.perturbation.nn.graph import propagate
+from sciml.perturbation.nn.graph import propagate, row_normalised
 
 
 class TimeEmbedding(nn.Module):
@@ -63,6 +63,7 @@ class PerturbationEmbedding(nn.Module):
         self.rho = nn.Sequential(nn.SiLU(), nn.Linear(dim, dim))
         self.hops = hops
         self._vectors: tuple | None = None  # (key, gene vectors) kept for prediction (gene_vectors)
+        self._graph: tuple | None = None  # (key, sparse row-normalised adjacency) (_normalised)
 
     def gene_vectors(self, gene_table: Tensor, adjacency: Tensor) -> Tensor:
         """``e_g`` for every gene, ``(V, dim)``.
@@ -78,7 +79,16 @@ class PerturbationEmbedding(nn.Module):
         return self._vectors[1]
 
     def _gene_vectors(self, gene_table: Tensor, adjacency: Tensor) -> Tensor:
-        return self.identity.weight + self.graph_proj(propagate(gene_table, adjacency, self.hops))
+        return self.identity.weight + self.graph_proj(propagate(gene_table, self._normalised(adjacency), self.hops))
+
+    def _normalised(self, adjacency: Tensor) -> Tensor:
+        """:func:`row_normalised` of ``adjacency``, kept until it changes (its scan is ``O(V²)``, a step's is not)."""
+        if adjacency.numel() == 0:
+            return adjacency
+        key = (adjacency.data_ptr(), adjacency._version, adjacency.shape, adjacency.device)
+        if self._graph is None or self._graph[0] != key:
+            self._graph = (key, row_normalised(adjacency))
+        return self._graph[1]
 
     def forward(self, pert: Tensor, gene_table: Tensor, adjacency: Tensor) -> Tensor:
         """Embed ``pert`` ``(B, P)`` gene indices (−1 = padding) → ``(B, dim)``."""

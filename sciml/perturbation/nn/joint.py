@@ -18,6 +18,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+SYSTEM_ENTRIES = 2**21  # entries of the per-gene (K, K) normal matrices held at once (float64: 16 MB)
+
 
 def interaction_variance(d: Tensor, v: Tensor, pairs: Tensor, dab: Tensor, vab: Tensor) -> Tensor:
     """Moment estimate ``τ²`` ``(G,)`` of the interaction variance per gene (module docstring); 0 without doubles."""
@@ -30,6 +32,9 @@ def interaction_variance(d: Tensor, v: Tensor, pairs: Tensor, dab: Tensor, vab: 
 def joint_singles(d: Tensor, v: Tensor, pairs: Tensor, dab: Tensor, vab: Tensor) -> tuple[Tensor, Tensor]:
     """GLS singles and their variances ``(S, G)`` (module docstring).
 
+    Only the ``K`` singles that are in a double are fitted together (one ``(K, K)`` system per gene, solved for a
+    block of genes at a time, :data:`SYSTEM_ENTRIES`); a single in no double keeps its measurement and variance.
+
     Parameters
     ----------
     d, v : Tensor
@@ -41,17 +46,25 @@ def joint_singles(d: Tensor, v: Tensor, pairs: Tensor, dab: Tensor, vab: Tensor)
         The doubles' measured effects and squared standard errors ``(P, G)``.
 
     """
-    s = d.shape[0]
     if pairs.ndim != 2 or pairs.shape[-1] != 2 or dab.shape != (len(pairs), d.shape[1]) or vab.shape != dab.shape:
         raise ValueError(f"pairs {tuple(pairs.shape)} must be (P, 2) and the doubles {tuple(dab.shape)}, "
                          f"{tuple(vab.shape)} (P, {d.shape[1]})")
     d64, v64, dab64, vab64 = (t.double() for t in (d, v, dab, vab))
+    beta, var = d64.clone(), v64.clamp_min(1e-12)  # a single in no double: its own measurement (weight 1/v)
+    if len(pairs) == 0:
+        return beta.to(d.dtype), var.to(d.dtype)
     tau2 = interaction_variance(d64, v64, pairs, dab64, vab64)
-    design = torch.cat([torch.eye(s, dtype=torch.float64),
-                        torch.nn.functional.one_hot(pairs, s).sum(1).double()])  # (S + P, S)
-    w = 1.0 / torch.cat([v64, vab64 + tau2]).clamp_min(1e-12)  # (S + P, G)
-    normal = torch.einsum("ns,ng,nt->gst", design, w, design)  # (G, S, S)
-    cov = torch.linalg.inv(normal)
-    rhs = design.T @ (w * torch.cat([d64, dab64]))  # (S, G)
-    beta = torch.einsum("gst,tg->sg", cov, rhs)
-    return beta.to(d.dtype), torch.diagonal(cov, dim1=-2, dim2=-1).T.to(d.dtype)
+    coupled, local = torch.unique(pairs, return_inverse=True)  # only singles in a double are fitted together
+    k = len(coupled)
+    design = torch.cat([torch.eye(k, dtype=torch.float64),
+                        torch.nn.functional.one_hot(local, k).sum(1).double()])  # (K + P, K)
+    w = 1.0 / torch.cat([v64[coupled], vab64 + tau2]).clamp_min(1e-12)  # (K + P, G)
+    y = torch.cat([d64[coupled], dab64])
+    step = max(1, SYSTEM_ENTRIES // (k * k))  # genes whose (K, K) systems are solved at once
+    for start in range(0, d.shape[1], step):
+        cols = slice(start, start + step)
+        cov = torch.linalg.inv(torch.einsum("ns,ng,nt->gst", design, w[:, cols], design))  # (g, K, K)
+        rhs = design.T @ (w[:, cols] * y[:, cols])  # (K, g)
+        beta[coupled, cols] = torch.einsum("gst,tg->sg", cov, rhs)
+        var[coupled, cols] = torch.diagonal(cov, dim1=-2, dim2=-1).T
+    return beta.to(d.dtype), var.to(d.dtype)

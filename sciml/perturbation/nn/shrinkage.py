@@ -36,6 +36,7 @@ GAP_TOLERANCE = 1e-10  # a row's weights are fitted once its mean log-likelihood
 MAX_STEPS = 100  # interior-point steps at most (about 20 are taken)
 CENTERING = 0.1  # σ: each step aims at a tenth of the current complementarity x∘z
 TO_BOUNDARY = 0.995  # share of the way to the boundary of x, z > 0 a step may go
+POSTERIOR_ENTRIES = 2**22  # (row, effect, scale) terms of the posterior computed at once (float64: 32 MB each)
 FIT_EFFECTS = 1000  # effects per row the mixture weights are fitted on (a seeded subsample of wider rows)
 
 
@@ -142,8 +143,15 @@ def fit_columns(n: int, limit: int | None = None) -> Tensor | None:
 def _posterior_rows(d: Tensor, v: Tensor) -> Tensor:
     """Posterior means ``(R, J)`` of float64 effects ``d`` and variances ``v`` ``(R, J)``, one fitted prior per row.
 
-    The scale grid is each row's whole range; the weights are fitted on :func:`fit_columns` of the row.
+    The scale grid is each row's whole range; the weights are fitted on :func:`fit_columns` of the row. Rows are
+    independent: they are taken in blocks of about :data:`POSTERIOR_ENTRIES` (row, effect, scale) terms.
     """
+    step = max(1, POSTERIOR_ENTRIES // (d.shape[-1] * (N_SCALES + 1)))
+    return torch.cat([_posterior_block(d[i:i + step], v[i:i + step]) for i in range(0, len(d), step)])
+
+
+def _posterior_block(d: Tensor, v: Tensor) -> Tensor:
+    """:func:`_posterior_rows` of one block of rows."""
     v = v.clamp_min(1e-12)
     scales = scale_grid(d, v)
     logp = _log_marginal(d, v, scales)
