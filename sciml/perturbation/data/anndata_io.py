@@ -37,11 +37,14 @@ def read_h5ad(path: str | Path):
                         f"write it with anndata.AnnData.write_h5ad") from err
 
 
-def read_h5ad_rows(path: str | Path, select):
-    """The cells ``select(obs)`` of an ``.h5ad`` file, read from disk row by row (only those rows of X and layers).
+def read_h5ad_rows(path: str | Path, select=None, layers: Sequence[str] | None = None, x: bool = True):
+    """The cells ``select(obs)`` of an ``.h5ad`` file, only the parts asked for, read from disk part by part.
 
-    ``select`` maps the file's ``obs`` (DataFrame) to sorted row indices, or ``None`` for every cell (then the file is
-    read whole). Only ``obs``, ``var``, ``X`` and ``layers`` are read. Errors as :func:`read_h5ad`.
+    ``select`` maps the file's ``obs`` (DataFrame) to sorted row indices, or ``None`` for every cell; without
+    ``select`` every cell is read. Only ``obs``, ``var``, ``X`` (``x=False``: not read, ``X`` is ``None``) and the
+    ``layers`` named (``None``: all; a name the file lacks is a :class:`DataError`) are read, and of them only the
+    selected rows: a 100,000-cell screen read for its log1p ``X`` does not hold its counts layer in memory as well.
+    Errors as :func:`read_h5ad`.
     """
     import anndata as ad
     import h5py
@@ -53,15 +56,22 @@ def read_h5ad_rows(path: str | Path, select):
     try:
         with h5py.File(path, "r") as f:
             obs, var = read_elem(f["obs"]), read_elem(f["var"])
-            rows = select(obs)
-            if rows is None:
-                return read_h5ad(path)
+            rows = None if select is None else select(obs)
 
             def part(elem):
+                if rows is None:
+                    return read_elem(elem)
                 return sparse_dataset(elem)[rows] if isinstance(elem, h5py.Group) else elem[rows]
 
-            layers = {name: part(f["layers"][name]) for name in f.get("layers", {})}
-            return ad.AnnData(X=part(f["X"]), obs=obs.iloc[rows], var=var, layers=layers)
+            stored = list(f.get("layers", {}))
+            missing = [n for n in layers or [] if n not in stored]
+            if missing:
+                raise DataError(f"{path}: layers has no {missing[0]!r} (layers: {stored}); set data.counts_layer to "
+                                "null for log1p input in X")
+            names = [n for n in stored if layers is None or n in layers]
+            return ad.AnnData(X=part(f["X"]) if x and "X" in f else None,
+                              obs=obs if rows is None else obs.iloc[rows], var=var,
+                              layers={name: part(f["layers"][name]) for name in names})
     except (DataError, KeyboardInterrupt):
         raise
     except Exception as err:  # h5py/anndata raise many types for corrupted files
@@ -106,11 +116,14 @@ def take_columns(matrix, cols):
     return np.ascontiguousarray(matrix[:, cols])
 
 
-def _as_csr(matrix):
-    """A float32 CSR copy of a sparse matrix (explicit zeros dropped, indices sorted)."""
+def _as_csr(matrix, copy: bool = True):
+    """A float32 CSR copy of a sparse matrix (explicit zeros dropped, indices sorted).
+
+    ``copy=False``: in place when ``matrix`` is float32 CSR already (for a matrix the caller owns).
+    """
     from scipy import sparse
 
-    out = sparse.csr_matrix(matrix, dtype=np.float32, copy=True)
+    out = sparse.csr_matrix(matrix, dtype=np.float32, copy=copy)
     out.eliminate_zeros()
     out.sort_indices()
     return out
@@ -162,15 +175,15 @@ def check_gene_order(var_names: Sequence[str], genes: Sequence[str], source: str
                         f"reorder with adata = adata[:, genes] (genes from the model metadata)")
 
 
-def log_normalise(counts, target_sum: float = TARGET_SUM):
+def log_normalise(counts, target_sum: float = TARGET_SUM, copy: bool = True):
     """``log1p(c / Σc · target_sum)`` per cell, float32 ``(cells, genes)`` (Σ over the row; an all-zero row stays 0).
 
     The one library-size normalisation of the package: count layers at read time and the simulator's
     counts and noise-free levels (:mod:`sciml.perturbation.sim.simulate`). Sparse ``counts`` (2-D) give a float32
-    CSR matrix with the same non-zeros.
+    CSR matrix with the same non-zeros (``copy=False``: computed in the caller's float32 CSR ``counts``).
     """
     if is_sparse(counts):
-        out = _as_csr(counts)
+        out = _as_csr(counts, copy=copy)
         lib = np.maximum(np.asarray(out.sum(axis=1), dtype=np.float32).ravel(), 1e-12)
         scale = np.repeat(np.float32(target_sum) / lib, np.diff(out.indptr))
         out.data = np.log1p(out.data * scale).astype(np.float32)
@@ -179,24 +192,27 @@ def log_normalise(counts, target_sum: float = TARGET_SUM):
     return np.log1p(counts / lib * target_sum).astype(np.float32)
 
 
-def log_expression(adata, source: str, counts_layer: str | None = None, target_sum: float = TARGET_SUM):
+def log_expression(adata, source: str, counts_layer: str | None = None, target_sum: float = TARGET_SUM,
+                   owned: bool = False):
     """Expression in log1p space, float32 (cells, genes): dense for dense input, CSR for sparse input.
 
     ``counts_layer`` named: ``log1p(c / Σc · target_sum)`` per cell (Σ over the file's genes).
     Otherwise ``X`` is taken to be log1p-normalised already; integer-valued ``X`` with large values is refused.
-    A sparse matrix is never densified here.
+    A sparse matrix is never densified here. ``owned``: ``adata`` was read for this call and is dropped after it,
+    so its sparse ``X`` or layer may be normalised in place instead of copied (a 100,000 × 5,000 screen's ``X``
+    is over a gigabyte).
     """
     if counts_layer is not None:
         if counts_layer not in adata.layers:
             raise DataError(f"{source}: layers has no {counts_layer!r} (layers: {list(adata.layers)}); "
                             f"set data.counts_layer to null for log1p input in X")
         layer = adata.layers[counts_layer]
-        counts = _as_csr(layer) if is_sparse(layer) else dense(layer)
+        counts = _as_csr(layer, copy=not owned) if is_sparse(layer) else dense(layer)
         check_finite(counts, source, f"layers[{counts_layer!r}]")
         if ((counts.data if is_sparse(counts) else counts) < 0).any():
             raise DataError(f"{source}: layers[{counts_layer!r}] has negative counts; give raw counts")
-        return log_normalise(counts, target_sum)
-    x = _as_csr(adata.X) if is_sparse(adata.X) else dense(adata.X)
+        return log_normalise(counts, target_sum, copy=False)  # counts is this call's own matrix by now
+    x = _as_csr(adata.X, copy=not owned) if is_sparse(adata.X) else dense(adata.X)
     check_finite(x, source, "X")
     values = x.data if is_sparse(x) else x
     if (values < 0).any():

@@ -20,7 +20,6 @@ from sciml.perturbation.data.anndata_io import (
     dense,
     log_expression,
     n_rows,
-    read_h5ad,
     read_h5ad_rows,
 )
 from sciml.perturbation.data.conditions import MAX_GENES, canonical_label, parse_condition
@@ -99,20 +98,22 @@ def load_table(path: str | Path, condition_key: str = "condition", control_label
     ``genes`` (a frozen vocabulary) restricts and orders the columns; the file must hold them in that order.
     """
     source = str(path)
-    adata = read_h5ad(path)
+    adata = read_h5ad_rows(path, layers=[counts_layer] if counts_layer else [], x=counts_layer is None)
     check_conditions(adata.obs, source, condition_key, control_label)
     if cell_type_key is not None and cell_type_key not in adata.obs.columns:
         raise DataError(f"{source}: obs has no column {cell_type_key!r}; set data.cell_type_key to null or a column")
     if len(set(adata.var_names)) != adata.n_vars:
         raise DataError(f"{source}: var_names are not unique; run adata.var_names_make_unique()")
     mask = _subset_mask(adata.obs, subset, source)
-    adata = adata[mask]
+    if not mask.all():  # a view of every cell would still copy X when read
+        adata = adata[mask]
     var_names = [str(g) for g in adata.var_names]
     if genes is not None:
         check_gene_order(var_names, genes, source)
-        adata = adata[:, list(genes)]
+        if var_names != list(genes):
+            adata = adata[:, list(genes)]
         var_names = list(genes)
-    x = log_expression(adata, source, counts_layer, target_sum)
+    x = log_expression(adata, source, counts_layer, target_sum, owned=True)  # read here, dropped on return
     labels = adata.obs[condition_key].astype(str).to_numpy()
     types = adata.obs[cell_type_key].astype(str).to_numpy() if cell_type_key else np.full(len(labels), "")
     canon = {}
