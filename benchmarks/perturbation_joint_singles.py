@@ -40,9 +40,11 @@ def run(setting: str, seed: int, work: Path) -> dict:
     dm, model = build(case_config(setting, seed, work, "masking"), None)
     model.set_prior(denoise="eb_joint")
     known = model.has_effect
-    singles = Singles(model.single_effect.clone(), model.single_var.clone(), known.clone())
-    single = model.single_effect.clone()
-    single[known] = ash_by_row(model.single_effect[known], model.single_var[known])
+    stored = model.singles()
+    singles = Singles(stored.effect.clone(), stored.var.clone(), known.clone(), stored.rows)
+    at = stored.rows[known]
+    single = stored.effect.clone()
+    single[at] = ash_by_row(stored.effect[at], stored.var[at])
     train, val, test = (double_keys(dm, known, s) for s in ("train", "val", "test"))
     outer = [([train[i] for i in range(len(train)) if i not in set(f)], [train[i] for i in f])
              for f in folds(len(train), seed + 100)] + [(train, val)]
@@ -50,11 +52,11 @@ def run(setting: str, seed: int, work: Path) -> dict:
     for name, splits in (("design", outer), ("test", [(train + val, test)])):
         err = {"additive": [], "single": [], "joint": []}
         for inner, held in splits:
-            model.set_joint_singles(*fit_joint(singles, read_doubles(dm, inner)))
+            model.set_joint_singles(fit_joint(singles, read_doubles(dm, inner)))
             obs = read_doubles(dm, held)
 
             def mse(table: torch.Tensor, clip: bool = True, obs=obs) -> torch.Tensor:
-                pred = obs.mu0 + table[obs.pert].sum(1)
+                pred = obs.mu0 + table[model.rows[obs.pert]].sum(1)
                 return ((pred.clamp_min(0.0) if clip else pred) - obs.target).square().mean(-1)
 
             err["additive"].append(mse(model.single_effect, clip=False))

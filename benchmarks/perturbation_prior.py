@@ -97,7 +97,7 @@ def sq_error(model, dm, keys: list[str], additive: bool = False) -> torch.Tensor
     """
     obs = read_doubles(dm, keys)
     if additive:
-        pred = obs.mu0 + model.single_effect[obs.pert].sum(1)
+        pred = obs.mu0 + model.single_effect[model.rows[obs.pert]].sum(1)
     else:
         with torch.no_grad():
             pred = (obs.mu0 + model.prior_mean(obs.pert)).clamp_min(0.0)
@@ -125,7 +125,7 @@ def fit_on(models: dict, dm, screen, keys: list[str], seed: int) -> dict:
         settings = settings.replace(kappa="auto", denoise=settings.denoise if settings.empirical_bayes else "auto")
         chosen = choose_masking(settings, inner, seed=seed).settings
         if chosen.denoise == JOINT:  # the singles refitted on the inner doubles
-            model.set_joint_singles(*fit_joint(screen.singles, inner.doubles["train"]))
+            model.set_joint_singles(fit_joint(screen.singles, inner.doubles["train"]))
         model.set_prior(chosen)
         out[name] = {"kappa": chosen.kappa, "denoise": chosen.denoise}
     for name in ("combination", "blend", "blend_single", "blend_eb"):

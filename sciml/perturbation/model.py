@@ -22,9 +22,9 @@ from sciml.perturbation.prior import (
     PriorTables,
     Singles,
     condition_singles,
-    mean_single,
     prior_mean,
     shrunk_table,
+    table_rows,
 )
 from sciml.perturbation.progress import note
 from sciml.perturbation.schema import SCHEMA
@@ -80,7 +80,8 @@ class PerturbationModel(torch.nn.Module):
         training only.
     effect_prior : bool
         Condition the control tokens on the measured mean effects of the perturbed genes' singles in the
-        training split (buffers ``single_effect`` ``(V, G)``, ``has_effect`` ``(V,)``, set by :meth:`set_singles`):
+        training split (buffers ``single_effect`` ``(R, G)``, ``has_effect`` ``(V,)``, set by :meth:`set_singles`;
+        ``R − 1`` = the genes perturbed in training, row ``rows[v]`` for vocabulary entry ``v``, :class:`Singles`):
         per gene the prior mean (:func:`sciml.perturbation.prior.prior_mean`), ``Δ_a·Δ_b`` and the counts of known
         and perturbed genes; unknown singles (held-out genes) enter as zeros. During training each known effect is
         hidden with probability ``prior_dropout``. With the control path and ``additive_skip`` the prior mean is
@@ -117,7 +118,12 @@ class PerturbationModel(torch.nn.Module):
                        "effect_prior": effect_prior}
         self.net = PADTransformer(len(genes), prior_channels=PRIOR_CHANNELS if effect_prior else 0, **network)
         n_measured = n_measured or len(genes)
-        self.register_buffer("single_effect", torch.zeros(len(genes), n_measured))
+        index = {g: i for i, g in enumerate(genes)}
+        rows = table_rows([index[g] for g in perturbed_genes] if perturbed_genes is not None else range(len(genes)),
+                          len(genes))
+        self.register_buffer("rows", rows)  # vocabulary entry -> row of the singles' tables (Singles)
+        n_rows = int(rows.max()) + 1 if len(rows) else 1
+        self.register_buffer("single_effect", torch.zeros(n_rows, n_measured))
         self.register_buffer("has_effect", torch.zeros(len(genes), dtype=torch.bool))
         self.register_buffer("unknown_effect", torch.zeros(n_measured))  # additive fallback's stand-in single
         self.register_load_state_dict_pre_hook(_default_buffers)
@@ -134,9 +140,9 @@ class PerturbationModel(torch.nn.Module):
             self.combination = CombinationRule(int(self.flow["combination_hidden"])).requires_grad_(False)
             self.register_buffer("ctrl_mean", torch.zeros(n_measured))  # μ_0 feature of the rule
         if settings.prior == "masking":
-            self.register_buffer("single_var", torch.zeros(len(genes), n_measured))  # squared s.e. of single_effect
-            self.register_buffer("joint_effect", torch.zeros(len(genes), n_measured))  # denoise: eb_joint
-            self.register_buffer("joint_var", torch.zeros(len(genes), n_measured))
+            self.register_buffer("single_var", torch.zeros(n_rows, n_measured))  # squared s.e. of single_effect
+            self.register_buffer("joint_effect", torch.zeros(n_rows, n_measured))  # denoise: eb_joint
+            self.register_buffer("joint_var", torch.zeros(n_rows, n_measured))
             self.register_buffer("closure", torch.zeros(2, n_measured))  # μ0 and weights of nn.masking.close
         if self.flow["path"] not in PATHS:
             raise ValueError(f"flow.path is {self.flow['path']!r}; known: {sorted(PATHS)}")
@@ -145,10 +151,15 @@ class PerturbationModel(torch.nn.Module):
 
     def set_single_effects(self, effects: dict[int, Tensor], variances: dict[int, Tensor] | None = None) -> None:
         """Store measured single effects ``{vocabulary index: Δ (G,)}`` and their squared standard errors."""
-        self.set_singles(Singles.from_measured(effects, variances, *self.single_effect.shape))
+        self.set_singles(Singles.from_measured(effects, variances, len(self.rows), self.single_effect.shape[1],
+                                               self.rows))
 
     def set_singles(self, singles: Singles) -> None:
-        """Store the training singles (effects; variances under ``prior: masking``); the stand-in is their mean."""
+        """Store the training singles (effects; variances under ``prior: masking``); the stand-in is their mean.
+
+        Every measured single must be of a gene perturbed in training (a row of :attr:`rows`).
+        """
+        singles = self._in_layout(singles)
         self.single_effect.copy_(singles.effect)
         self.has_effect.copy_(singles.known)
         if hasattr(self, "single_var"):
@@ -158,22 +169,34 @@ class PerturbationModel(torch.nn.Module):
         self.unknown_effect.copy_(singles.mean_effect())
         self._forget_shrunk()
 
-    def set_joint_singles(self, effect: Tensor, var: Tensor) -> None:
-        """Store the singles estimated with the training doubles, ``(V, G)`` each (``denoise: eb_joint``).
+    def set_joint_singles(self, joint: Singles) -> None:
+        """Store the singles estimated with the training doubles (``denoise: eb_joint``).
 
         :func:`sciml.perturbation.select.fit_joint` computes them.
         """
         if not hasattr(self, "joint_effect"):
             raise ValueError("joint singles are used by flow.denoise: eb_joint, which needs flow.prior: masking")
-        self.joint_effect.copy_(effect)
-        self.joint_var.copy_(var)
+        joint = self._in_layout(joint)
+        self.joint_effect.copy_(joint.effect)
+        self.joint_var.copy_(joint.var)
         self._forget_shrunk()
+
+    def _in_layout(self, singles: Singles) -> Singles:
+        """``singles`` in this model's table layout (:attr:`rows`)."""
+        rows = self.rows.to(singles.rows.device)
+        return singles if torch.equal(singles.rows, rows) else singles.relayout(rows)
+
+    def singles(self, joint: bool = False) -> Singles:
+        """The stored singles (``joint``: those fitted with the training doubles) as :class:`Singles`."""
+        effect, var = ((self.joint_effect, self.joint_var) if joint else
+                       (self.single_effect, getattr(self, "single_var", torch.zeros_like(self.single_effect))))
+        return Singles(effect, var, self.has_effect, self.rows)
 
     def _forget_shrunk(self) -> None:
         self._shrunk = None
 
     def shrunk_singles(self) -> Tensor:
-        """Single effects ``(V, G)`` after empirical-Bayes shrinkage (``denoise``; unknown rows stay 0)."""
+        """Single effects ``(R, G)`` (rows: :attr:`rows`) after empirical-Bayes shrinkage (``denoise``)."""
         if self._shrunk is None or self._shrunk.device != self.single_effect.device:
             denoise = self.prior_settings.denoise
             joint = denoise == "eb_joint"
@@ -182,7 +205,7 @@ class PerturbationModel(torch.nn.Module):
             if wide:
                 note(f"shrinking the single effects ({int(self.has_effect.sum())} perturbations x {effect.shape[1]} "
                      f"genes, {denoise})")
-            self._shrunk = shrunk_table(effect, var, self.has_effect, denoise)
+            self._shrunk = shrunk_table(effect, var, self.has_effect, self.rows, denoise)
             if wide:
                 note("single effects shrunk")
         return self._shrunk
@@ -211,8 +234,8 @@ class PerturbationModel(torch.nn.Module):
         rows = [(a, b, d) for a, b, d in doubles if bool(self.has_effect[a]) and bool(self.has_effect[b])]
         if not rows:
             return None
-        da = self.single_effect[[a for a, _, _ in rows]]
-        db = self.single_effect[[b for _, b, _ in rows]]
+        da = self.single_effect[self.rows[[a for a, _, _ in rows]]]
+        db = self.single_effect[self.rows[[b for _, b, _ in rows]]]
         target = torch.stack([torch.as_tensor(d, dtype=da.dtype) for _, _, d in rows])
         mse = self.combination.requires_grad_(True).fit(da, db, self.ctrl_mean, target, seed=seed)
         self.combination.requires_grad_(False)
@@ -253,7 +276,7 @@ class PerturbationModel(torch.nn.Module):
                            shrunk=self.shrunk_singles() if masking and s.empirical_bayes and not s.additive_fallback
                            else None,
                            rule=self._rule if self.combination is not None else None,
-                           closure=self.closure if masking else None)
+                           closure=self.closure if masking else None, rows=self.rows)
 
     def _rule(self, da: Tensor, db: Tensor) -> Tensor:
         return self.combination(da, db, self.ctrl_mean)
@@ -265,7 +288,7 @@ class PerturbationModel(torch.nn.Module):
         single counts as ``unknown_effect``.
         """
         stand_in = self.unknown_effect if self.prior_settings.additive_fallback else None
-        d, known = condition_singles(pert, self.single_effect, self.has_effect, stand_in)
+        d, known = condition_singles(pert, self.single_effect, self.has_effect, self.rows, stand_in)
         mean = prior_mean(d, known, pert, self.prior_settings, self.prior_tables())
         return mean if genes is None else mean[..., genes]
 
@@ -278,7 +301,7 @@ class PerturbationModel(torch.nn.Module):
         dropout = self.prior_settings.prior_dropout
         if self.training and dropout > 0:
             known = known & (torch.rand(known.shape, device=known.device) >= dropout)
-        d = self.single_effect[pert.clamp_min(0)] * known[..., None]  # (C, P, G)
+        d = self.single_effect[self.rows[pert.clamp_min(0)]] * known[..., None]  # (C, P, G)
         mean = prior_mean(d, known, pert, self.prior_settings, self.prior_tables())
         if genes is not None:
             d, mean = d[..., genes], mean[..., genes]
@@ -441,13 +464,35 @@ def _default_buffers(module, state_dict, prefix, *args) -> None:
     """Load hook for states saved before a buffer existed: what the older model used.
 
     ``unknown_effect``: the mean single effect; ``closure`` (masking prior): zeros (``flow.closure`` was off);
-    ``joint_effect``, ``joint_var``: the measured singles (no ``eb_joint`` then).
+    ``joint_effect``, ``joint_var``: the measured singles (no ``eb_joint`` then). A state without ``rows`` holds
+    its singles' tables by vocabulary entry ``(V, G)``: they are moved to this model's compact rows.
     """
+    effect, known = state_dict.get(prefix + "single_effect"), state_dict.get(prefix + "has_effect")
     key = prefix + "unknown_effect"
-    if key not in state_dict and prefix + "single_effect" in state_dict and prefix + "has_effect" in state_dict:
-        state_dict[key] = mean_single(state_dict[prefix + "single_effect"], state_dict[prefix + "has_effect"])
+    if key not in state_dict and effect is not None and known is not None:
+        rows = state_dict.get(prefix + "rows")  # absent: tables by vocabulary entry
+        rows = torch.arange(len(known)) if rows is None else rows
+        state_dict[key] = effect[rows[known]].mean(0) if bool(known.any()) else torch.zeros_like(effect[0])
     if hasattr(module, "closure") and prefix + "closure" not in state_dict and prefix + "single_var" in state_dict:
         state_dict[prefix + "closure"] = torch.zeros_like(module.closure)
     for joint, single in (("joint_effect", "single_effect"), ("joint_var", "single_var")):
         if hasattr(module, joint) and prefix + joint not in state_dict and prefix + single in state_dict:
             state_dict[prefix + joint] = state_dict[prefix + single].clone()
+    if prefix + "rows" not in state_dict and effect is not None and known is not None:
+        _compact_tables(module, state_dict, prefix, known)
+
+
+def _compact_tables(module, state_dict, prefix: str, known: Tensor) -> None:
+    """Move the ``(V, G)`` singles' tables of an older state to the model's rows (known singles only hold data)."""
+    vocab = torch.nonzero(known).flatten()
+    rows = module.rows.to(vocab.device)
+    if bool((rows[vocab] == 0).any()):
+        raise ValueError("the state has singles of genes that this model's config does not list as perturbed in "
+                         "training (module.perturbed_genes); load it into a model made from its own config")
+    for name in ("single_effect", "single_var", "joint_effect", "joint_var"):
+        table = state_dict.get(prefix + name)
+        if table is not None and hasattr(module, name):
+            compact = table.new_zeros(getattr(module, name).shape)
+            compact[rows[vocab]] = table[vocab]
+            state_dict[prefix + name] = compact
+    state_dict[prefix + "rows"] = module.rows.clone()

@@ -29,7 +29,7 @@ from sciml.perturbation.nn.shrinkage import ash_by_row, ash_posterior_mean
 from sciml.perturbation.settings import PriorSettings
 
 __all__ = ["DENOISERS", "PriorTables", "Singles", "condition_singles", "mean_single", "own_columns", "prior_mean",
-           "shrunk_table"]
+           "shrunk_table", "table_rows"]
 
 #: ``flow.denoise`` names (:data:`~sciml.perturbation.settings.DENOISER_NAMES`): one prior for all singles, one
 #: per single, one per single of the singles estimated with the training doubles
@@ -37,46 +37,88 @@ DENOISERS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {"eb": ash_posterior_
                                                             "eb_joint": ash_by_row}
 
 
+def table_rows(indices, n_vocab: int) -> Tensor:
+    """Row of each vocabulary entry ``(V,)`` int64 in a compact singles table.
+
+    ``indices`` get rows ``1, 2, ...`` in ascending order, every other entry row 0 (a row of zeros).
+    """
+    rows = torch.zeros(n_vocab, dtype=torch.long)
+    order = sorted({int(i) for i in indices})
+    rows[order] = torch.arange(1, len(order) + 1)
+    return rows
+
+
 @dataclass(frozen=True)
 class Singles:
-    """Measured single effects by vocabulary index (float32; rows of unknown singles are 0).
+    """Measured single effects in a compact table: one row per vocabulary entry that can have a single, row 0 zeros.
+
+    A screen perturbs a few hundred of its thousands of genes, so the tables are ``(R, G)`` with ``R − 1`` the genes
+    that can have a single, not ``(V, G)``: memory linear in the genes. ``rows[v]`` is the row of vocabulary entry
+    ``v`` (0 for an entry without a single); read entry ``v`` as ``effect[rows[v]]`` (:meth:`take`).
 
     Attributes
     ----------
     effect : Tensor
-        ``(V, G)`` mean effects (log1p units).
+        ``(R, G)`` mean effects (log1p units; row 0 and rows of unknown singles are 0).
     var : Tensor
-        ``(V, G)`` their squared standard errors (0 where none was given).
+        ``(R, G)`` their squared standard errors (0 where none was given).
     known : Tensor
         Bool ``(V,)``: the single was measured.
+    rows : Tensor
+        int64 ``(V,)``: each vocabulary entry's row (:func:`table_rows`).
 
     """
 
     effect: Tensor
     var: Tensor
     known: Tensor
+    rows: Tensor
 
     @classmethod
     def from_measured(cls, effects: Mapping[int, Tensor], variances: Mapping[int, Tensor] | None, n_vocab: int,
-                      n_genes: int) -> Singles:
-        """Tables of ``{vocabulary index: Δ (G,)}`` and their squared standard errors (same keys; 0 if absent)."""
-        effect, var = torch.zeros(n_vocab, n_genes), torch.zeros(n_vocab, n_genes)
+                      n_genes: int, rows: Tensor | None = None) -> Singles:
+        """Tables of ``{vocabulary index: Δ (G,)}`` and their squared standard errors (same keys; 0 if absent).
+
+        ``rows``: the layout (:func:`table_rows`; default: a row for each measured single). A measured single
+        without a row in ``rows`` is a ``ValueError``.
+        """
+        rows = table_rows(effects, n_vocab) if rows is None else rows
+        n_rows = int(rows.max()) + 1 if len(rows) else 1
+        effect, var = torch.zeros(n_rows, n_genes), torch.zeros(n_rows, n_genes)
         known = torch.zeros(n_vocab, dtype=torch.bool)
         for i, delta in effects.items():
-            effect[i] = torch.as_tensor(delta, dtype=effect.dtype)
+            if int(rows[i]) == 0:
+                raise ValueError(f"vocabulary entry {i} has a measured single but no row in the table layout")
+            effect[rows[i]] = torch.as_tensor(delta, dtype=effect.dtype)
             known[i] = True
         for i, v in (variances or {}).items():
-            var[i] = torch.as_tensor(v, dtype=var.dtype)
-        return cls(effect, var, known)
+            if int(rows[i]):
+                var[rows[i]] = torch.as_tensor(v, dtype=var.dtype)
+        return cls(effect, var, known, rows)
+
+    def take(self, table: Tensor, index: Tensor) -> Tensor:
+        """Rows of ``table`` (``effect``, ``var`` or one in this layout) for vocabulary ``index`` (any shape, ≥ 0)."""
+        return table[self.rows[index]]
+
+    def relayout(self, rows: Tensor) -> Singles:
+        """The same singles in the layout ``rows`` (every known single must have a row there)."""
+        known = torch.nonzero(self.known).flatten()
+        if bool((rows[known] == 0).any()):
+            missing = known[rows[known] == 0].tolist()[:5]
+            raise ValueError(f"vocabulary entries {missing} have a measured single but no row in the table layout")
+        n_rows = int(rows.max()) + 1 if len(rows) else 1
+        effect, var = self.effect.new_zeros(n_rows, self.effect.shape[1]), self.var.new_zeros(n_rows, self.var.shape[1])
+        effect[rows[known]], var[rows[known]] = self.effect[self.rows[known]], self.var[self.rows[known]]
+        return Singles(effect, var, self.known.clone(), rows)
 
     def mean_effect(self) -> Tensor:
         """Mean ``(G,)`` of the known single effects (zeros when none): the stand-in of an unknown single."""
-        return mean_single(self.effect, self.known)
+        return mean_single(self.effect, self.known, self.rows)
 
 
-def mean_single(effect: Tensor, known: Tensor) -> Tensor:
-    """Mean ``(G,)`` of the rows ``known`` ``(V,)`` of single effects ``(V, G)`` (zeros when none)."""
-    return effect[known].mean(0) if bool(known.any()) else torch.zeros_like(effect[0])
+def mean_single(effect: Tensor, known: Tensor, rows: Tensor) -> Tensor:
+    """Mean ``(G,)`` of the known ``(V,)`` singles of a compact table ``effect`` ``(R, G)`` (zeros when none)."""
+    return effect[rows[known]].mean(0) if bool(known.any()) else torch.zeros_like(effect[0])
 
 
 @dataclass(frozen=True)
@@ -86,13 +128,15 @@ class PriorTables:
     Attributes
     ----------
     var : Tensor or None
-        ``(V, G)`` squared standard errors of the single effects, by vocabulary index (masking ``τ``).
+        ``(R, G)`` squared standard errors of the single effects, compact rows (masking ``τ``).
     shrunk : Tensor or None
-        ``(V, G)`` empirical-Bayes shrunk singles (masking with ``denoise: eb*``, :func:`shrunk_table`).
+        ``(R, G)`` empirical-Bayes shrunk singles, compact rows (masking with ``denoise: eb*``, :func:`shrunk_table`).
     rule : callable or None
         The fitted combination rule ``(Δa, Δb) -> Δab`` over ``(..., G)`` (prior ``combination``, or ``blend``).
     closure : Tensor or None
         ``(2, G)`` :func:`~sciml.perturbation.nn.masking.closure_terms` (masking with ``closure``).
+    rows : Tensor or None
+        int64 ``(V,)`` row of each vocabulary entry in ``var`` and ``shrunk`` (:class:`Singles`).
 
     """
 
@@ -100,12 +144,14 @@ class PriorTables:
     shrunk: Tensor | None = None
     rule: Callable[[Tensor, Tensor], Tensor] | None = None
     closure: Tensor | None = None
+    rows: Tensor | None = None
 
 
-def shrunk_table(effect: Tensor, var: Tensor, known: Tensor, denoise: str) -> Tensor:
-    """``(V, G)`` singles ``effect`` with the ``known`` rows ``(V,)`` shrunk by :data:`DENOISERS` ``[denoise]``."""
+def shrunk_table(effect: Tensor, var: Tensor, known: Tensor, rows: Tensor, denoise: str) -> Tensor:
+    """Compact singles ``effect`` ``(R, G)``, the rows of the ``known`` ``(V,)`` singles shrunk (:data:`DENOISERS`)."""
     table = effect.clone()
-    table[known] = DENOISERS[denoise](effect[known], var[known])
+    at = rows[known]
+    table[at] = DENOISERS[denoise](effect[at], var[at])
     return table
 
 
@@ -114,16 +160,16 @@ def own_columns(pert: Tensor, n: int) -> Tensor:
     return (torch.arange(n, device=pert.device)[None, :, None] == pert[:, None, :]).any(-1)
 
 
-def condition_singles(pert: Tensor, effect: Tensor, known: Tensor,
+def condition_singles(pert: Tensor, effect: Tensor, known: Tensor, rows: Tensor,
                       stand_in: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Single effects ``(C, P, G)`` and known mask ``(C, P)`` of conditions ``pert`` ``(C, P)`` (−1: padding).
 
-    ``effect`` ``(V, G)`` and ``known`` ``(V,)`` are the singles by vocabulary index; an unknown single counts as 0,
-    or as ``stand_in`` ``(G,)`` when given (the additive fallback's stand-in).
+    ``effect`` ``(R, G)``, ``known`` ``(V,)`` and ``rows`` ``(V,)`` are the singles (:class:`Singles`); an unknown
+    single counts as 0, or as ``stand_in`` ``(G,)`` when given (the additive fallback's stand-in).
     """
     valid = pert >= 0
     mask = valid & known[pert.clamp_min(0)]
-    d = effect[pert.clamp_min(0)] * mask[..., None]
+    d = effect[rows[pert.clamp_min(0)]] * mask[..., None]
     if stand_in is not None:
         d = d + (valid & ~mask)[..., None] * stand_in
     return d, mask
@@ -139,7 +185,8 @@ def prior_mean(d: Tensor, known: Tensor, pert: Tensor, settings: PriorSettings, 
     known : Tensor
         Bool ``(C, P)``: the single is known (a double's rule applies where both are).
     pert : Tensor
-        int64 ``(C, P)`` vocabulary indices (−1: padding): the rows of ``tables`` and the own columns.
+        int64 ``(C, P)`` vocabulary indices (−1: padding): the own columns, and through ``tables.rows`` the rows of
+        its tables.
     settings : PriorSettings
         How the prior is formed.
     tables : PriorTables
@@ -174,12 +221,12 @@ def _double_rule(d: Tensor, pert: Tensor, settings: PriorSettings, tables: Prior
         return None
     kappa = settings.kappa_value
     if settings.empirical_bayes:
-        shrunk = tables.shrunk[pert.clamp_min(0)]
+        shrunk = tables.shrunk[tables.rows[pert.clamp_min(0)]]
         return masking(shrunk[:, 0], shrunk[:, 1], kappa)
     tau = settings.tau
     if kappa == 0.0 and tau == 0.0 and not settings.closed:
         return None
-    var = tables.var[pert.clamp_min(0)]
+    var = tables.var[tables.rows[pert.clamp_min(0)]]
     return masking_prior(d[:, 0], d[:, 1], var[:, 0], var[:, 1], kappa, tau)
 
 

@@ -22,7 +22,7 @@ from torch import Tensor
 
 from sciml.perturbation.data.table import split_key
 from sciml.perturbation.nn.masking import closure_terms
-from sciml.perturbation.prior import Singles
+from sciml.perturbation.prior import Singles, table_rows
 
 __all__ = ["Doubles", "Screen", "data_closure", "mean_variance", "read_doubles", "read_screen", "single_effects",
            "single_variances", "training_doubles"]
@@ -149,7 +149,7 @@ class Screen:
     Attributes
     ----------
     singles : Singles
-        Training singles by vocabulary index (effects, squared standard errors, known rows).
+        Training singles (effects, squared standard errors, known; a row per gene perturbed in training).
     doubles : dict
         ``"train"`` and ``"val"``: :class:`Doubles` whose two singles are known (what the prior's choices score).
     rule_doubles : list
@@ -179,7 +179,9 @@ def read_screen(dm) -> Screen:
     ctrl_mean = torch.as_tensor(dm.control_moments()[0], dtype=torch.float32)
     perturbed = sorted({g for key in dm.conditions["train"] for g in dm.perturbation(key)})
     closure = data_closure(dm)
-    singles = Singles.from_measured(effects, variances, len(dm.perturbation_genes), len(dm.genes))
+    vocab = {g: i for i, g in enumerate(dm.perturbation_genes)}
+    rows = table_rows([vocab[g] for g in perturbed], len(vocab))  # the model's layout (PerturbationModel.rows)
+    singles = Singles.from_measured(effects, variances, len(vocab), len(dm.genes), rows)
     return Screen(singles, doubles, rule_doubles, ctrl_mean, closure, perturbed)
 
 

@@ -85,14 +85,14 @@ class Resolved:
     ----------
     settings : PriorSettings
         The settings with every ``auto`` value chosen.
-    joint : tuple of Tensor or None
-        ``(V, G)`` effects and squared standard errors of the singles fitted jointly with every training double
-        (:func:`fit_joint`; ``denoise: eb_joint`` of the masking prior), else ``None``.
+    joint : Singles or None
+        The singles fitted jointly with every training double (:func:`fit_joint`; ``denoise: eb_joint`` of the
+        masking prior), else ``None``.
 
     """
 
     settings: PriorSettings
-    joint: tuple[torch.Tensor, torch.Tensor] | None = None
+    joint: Singles | None = None
 
 
 def resolve(settings: PriorSettings, screen: Screen, rule=None, seed: int = 0) -> Resolved:
@@ -127,7 +127,7 @@ def resolve(settings: PriorSettings, screen: Screen, rule=None, seed: int = 0) -
 
 def prior_errors(singles: Singles, settings: PriorSettings, tables: PriorTables, doubles: Doubles) -> torch.Tensor:
     """Per-double MSE ``(D,)`` of the prior mean (control mean + prior, clipped at 0) of ``doubles``."""
-    d, known = condition_singles(doubles.pert, singles.effect, singles.known)
+    d, known = condition_singles(doubles.pert, singles.effect, singles.known, singles.rows)
     with torch.no_grad():
         pred = (doubles.mu0 + prior_mean(d, known, doubles.pert, settings, tables)).clamp_min(0.0)
     return (pred - doubles.target).pow(2).mean(-1)
@@ -136,7 +136,7 @@ def prior_errors(singles: Singles, settings: PriorSettings, tables: PriorTables,
 def _rule(rule, singles: Singles, ctrl_mean: torch.Tensor, own_genes: str, doubles: Doubles):
     """Additive, rule prediction, target ``(D, G)`` and own-column mask of ``doubles``."""
     a, b = doubles.pert[:, 0], doubles.pert[:, 1]
-    da, db = singles.effect[a], singles.effect[b]
+    da, db = singles.take(singles.effect, a), singles.take(singles.effect, b)
     with torch.no_grad():
         pred = rule(da, db, ctrl_mean)
     own = torch.zeros_like(da, dtype=torch.bool)
@@ -176,8 +176,8 @@ def choose_shrink(settings: PriorSettings, screen: Screen, rule, grid: tuple[flo
             note(f"prior: refitting the combination rule without fold {k + 1} of {min(folds, len(train))}")
             held, rest = _split(train, fold)
             refit = copy.deepcopy(rule).requires_grad_(True)
-            refit.fit(singles.effect[rest.pert[:, 0]], singles.effect[rest.pert[:, 1]], screen.ctrl_mean, rest.delta,
-                      seed=seed, max_entries=REFIT_ENTRIES)
+            refit.fit(singles.take(singles.effect, rest.pert[:, 0]), singles.take(singles.effect, rest.pert[:, 1]),
+                      screen.ctrl_mean, rest.delta, seed=seed, max_entries=REFIT_ENTRIES)
             parts.append(_rule(refit.requires_grad_(False), singles, screen.ctrl_mean, settings.own_genes, held))
     if not parts:
         return none
@@ -189,7 +189,7 @@ def choose_shrink(settings: PriorSettings, screen: Screen, rule, grid: tuple[flo
 
 
 def masking_tables(settings: PriorSettings, screen: Screen, fitted: Doubles,
-                   joint: tuple[torch.Tensor, torch.Tensor] | None = None) -> PriorTables:
+                   joint: Singles | None = None) -> PriorTables:
     """The tables of the masking prior under ``settings``; ``eb_joint``: singles fitted with the doubles ``fitted``.
 
     ``joint``: :func:`fit_joint` of ``fitted``, when the caller has it already (else it is computed here).
@@ -199,14 +199,16 @@ def masking_tables(settings: PriorSettings, screen: Screen, fitted: Doubles,
         if settings.denoise != JOINT:
             effect, var = singles.effect, singles.var
         else:
-            effect, var = joint if joint is not None else fit_joint(singles, fitted)
-        shrunk = shrunk_table(effect, var, singles.known, settings.denoise)
-    return PriorTables(var=singles.var, shrunk=shrunk, closure=screen.closure if settings.closed else None)
+            fit = joint if joint is not None else fit_joint(singles, fitted)
+            effect, var = fit.effect, fit.var
+        shrunk = shrunk_table(effect, var, singles.known, singles.rows, settings.denoise)
+    return PriorTables(var=singles.var, shrunk=shrunk, closure=screen.closure if settings.closed else None,
+                       rows=singles.rows)
 
 
 def choose_masking(settings: PriorSettings, screen: Screen, kappas: tuple[float, ...] = KAPPA_GRID,
                    taus: tuple[float, ...] = DENOISE_GRID, seed: int = 0,
-                   joint: tuple[torch.Tensor, torch.Tensor] | None = None) -> Choice:
+                   joint: Singles | None = None) -> Choice:
     """Choose ``flow.kappa`` and ``flow.denoise`` where they are ``"auto"`` (module docstring).
 
     Returns the settings with both set, ``mse`` per ``"κ,τ"`` and ``n`` (training + val doubles used). A value that
@@ -244,23 +246,24 @@ def choose_masking(settings: PriorSettings, screen: Screen, kappas: tuple[float,
                   len(train) + len(val))
 
 
-def fit_joint(singles: Singles, doubles: Doubles) -> tuple[torch.Tensor, torch.Tensor]:
-    """Singles estimated jointly with ``doubles`` (:mod:`sciml.perturbation.nn.joint`): ``(V, G)`` effects, variances.
+def fit_joint(singles: Singles, doubles: Doubles) -> Singles:
+    """Singles estimated jointly with ``doubles`` (:mod:`sciml.perturbation.nn.joint`), in the layout of ``singles``.
 
     Each double's effect against its own controls, with its squared standard error; rows of unknown singles stay
     as measured (0). Without doubles: the measured singles.
     """
     effect, var = singles.effect.clone(), singles.var.clone()
     if not len(doubles):
-        return effect, var
+        return Singles(effect, var, singles.known, singles.rows)
     known = torch.nonzero(singles.known).flatten()
+    at = singles.rows[known]
     row = {int(i): j for j, i in enumerate(known)}
     pairs = torch.tensor([[row[int(a)], row[int(b)]] for a, b in doubles.pert], dtype=torch.long).reshape(-1, 2)
-    fitted, fitted_var = joint_singles(singles.effect[known], singles.var[known], pairs,
-                                       doubles.target - doubles.mu0, doubles.var)
-    effect[singles.known] = fitted.to(effect)
-    var[singles.known] = fitted_var.to(var)
-    return effect, var
+    fitted, fitted_var = joint_singles(singles.effect[at], singles.var[at], pairs, doubles.target - doubles.mu0,
+                                       doubles.var)
+    effect[at] = fitted.to(effect)
+    var[at] = fitted_var.to(var)
+    return Singles(effect, var, singles.known, singles.rows)
 
 
 def versus_additive(module, dm, n_cells: int = 128, seed: int = 0, steps: int | None = None,

@@ -51,7 +51,7 @@ def build(cfg: dict, run_dir: Path | None = None) -> tuple[PerturbationDataModul
     resolved = resolve(settings, screen, model.combination, seed)
     model.set_prior(resolved.settings)
     if resolved.joint is not None:
-        model.set_joint_singles(*resolved.joint)
+        model.set_joint_singles(resolved.joint)
     if resolved.settings.prior == "masking":
         model.set_closure(screen.closure if resolved.settings.closed else None)
     note(f"prior: {resolved.settings.prior}, shrink {resolved.settings.shrink}, kappa {resolved.settings.kappa}, "

@@ -52,7 +52,7 @@ def test_export_writes_a_perturbation_artifact(artifact):
     m = predictor.module  # the recipe's joint singles travel in the artifact (fitted with the training doubles)
     assert m.prior_settings.denoise == "eb_joint" and "eb_joint" in (out / "README.md").read_text()
     known = m.has_effect
-    assert not torch.allclose(m.joint_effect[known], m.single_effect[known])
+    assert not torch.allclose(m.joint_effect[m.rows[known]], m.single_effect[m.rows[known]])
 
 
 def test_predict_writes_cells_effects_and_plots(artifact, capsys):

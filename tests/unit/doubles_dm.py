@@ -32,8 +32,8 @@ class DoublesDM:
 
 def screen_of(model, dm) -> Screen:
     """The :class:`~sciml.perturbation.screen.Screen` of ``model``'s singles and the doubles of ``dm``."""
-    var = model.single_var if hasattr(model, "single_var") else torch.zeros_like(model.single_effect)
-    singles = Singles(model.single_effect.clone(), var.clone(), model.has_effect.clone())
+    stored = model.singles()
+    singles = Singles(stored.effect.clone(), stored.var.clone(), stored.known.clone(), stored.rows)
     doubles = {split: read_doubles(dm, double_keys(dm, singles.known, split)) for split in ("train", "val")}
     ctrl_mean = model.ctrl_mean if hasattr(model, "ctrl_mean") else torch.zeros(dm.n_genes)
     return Screen(singles, doubles, [], ctrl_mean, None, [])

@@ -88,13 +88,14 @@ def test_the_model_shrinks_the_joint_singles_and_old_states_load():
     m, dm = _screen(lambda a, b: a + b, noise=0.3)
     m.set_prior(kappa=0.0, denoise="eb_joint")
     known = m.has_effect
-    single = ash_by_row(m.single_effect[known], m.single_var[known])
-    torch.testing.assert_close(m.shrunk_singles()[known], single)  # no doubles fitted yet: eb_single
+    at = m.rows[known]
+    single = ash_by_row(m.single_effect[at], m.single_var[at])
+    torch.testing.assert_close(m.shrunk_singles()[at], single)  # no doubles fitted yet: eb_single
     screen = screen_of(m, dm)
-    m.set_joint_singles(*fit_joint(screen.singles, screen.doubles["train"]))
-    assert not torch.allclose(m.joint_effect[known], m.single_effect[known])
-    torch.testing.assert_close(m.joint_effect[~known], m.single_effect[~known])  # unknown rows stay 0
-    torch.testing.assert_close(m.shrunk_singles()[known], ash_by_row(m.joint_effect[known], m.joint_var[known]))
+    m.set_joint_singles(fit_joint(screen.singles, screen.doubles["train"]))
+    assert not torch.allclose(m.joint_effect[at], m.single_effect[at])
+    torch.testing.assert_close(m.joint_effect[m.rows[~known]], m.single_effect[m.rows[~known]])  # unknown: 0
+    torch.testing.assert_close(m.shrunk_singles()[at], ash_by_row(m.joint_effect[at], m.joint_var[at]))
     state = {k: v for k, v in m.state_dict().items() if not k.startswith("joint_")}  # saved before eb_joint
     again = _screen(lambda a, b: a + b)[0]
     again.load_state_dict(state)

@@ -213,3 +213,28 @@ def test_combination_prior_is_the_untrained_models_mean_and_round_trips():
 def test_unknown_prior_is_rejected():
     with pytest.raises(ValueError, match="flow.prior"):
         _model(prior="quadratic")
+
+
+def test_singles_tables_have_a_row_per_training_perturbation_and_old_states_load():
+    """Tables ``(1 + perturbed genes, G)``, not ``(vocabulary, G)``; a state saved with ``(V, G)`` tables and no
+    ``rows`` loads into the compact layout with the same prior."""
+    from sciml.perturbation.module import PerturbationFlow
+
+    genes = [f"g{i}" for i in range(12)]
+    m = PerturbationFlow({"dim": 16, "depth": 1, "heads": 2}, genes, n_measured=10, perturbed_genes=["g2", "g7"],
+                         flow={"prior": "masking", "denoise": "eb_single", "kappa": 0.5})
+    gen = torch.Generator().manual_seed(0)
+    m.set_single_effects({2: torch.randn(10, generator=gen), 7: torch.randn(10, generator=gen)},
+                         {2: torch.rand(10, generator=gen) * 0.1, 7: torch.rand(10, generator=gen) * 0.1})
+    assert m.single_effect.shape == (3, 10) and m.rows[[2, 7]].tolist() == [1, 2] and int(m.rows.sum()) == 3
+    with pytest.raises(ValueError, match="no row"):
+        m.set_single_effects({3: torch.ones(10)})
+    old = {k: v.clone() for k, v in m.state_dict().items() if k != "rows"}
+    for name in ("single_effect", "single_var", "joint_effect", "joint_var"):
+        old[name] = old[name][m.rows]  # by vocabulary entry, as states were saved before
+    fresh = PerturbationFlow(**m.hparams)
+    fresh.load_state_dict(old, strict=True)
+    pert = torch.tensor([[2, 7], [2, -1], [7, 3]])
+    torch.testing.assert_close(fresh.prior_mean(pert), m.prior_mean(pert), rtol=0, atol=0)
+    for name in ("single_effect", "single_var", "joint_effect", "joint_var", "rows", "unknown_effect"):
+        torch.testing.assert_close(getattr(fresh, name), getattr(m, name), rtol=0, atol=0)

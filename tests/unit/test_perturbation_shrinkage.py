@@ -200,24 +200,24 @@ def _with_singles(denoise: str, seed: int) -> tuple:
 def test_denoise_eb_single_shrinks_each_single_under_its_own_prior():
     m, effects, variances = _with_singles("eb_single", 5)
     known, var = torch.stack([effects[i] for i in range(4)]), torch.stack([variances[i] for i in range(4)])
-    torch.testing.assert_close(m.shrunk_singles()[:4], ash_by_row(known, var))
+    torch.testing.assert_close(m.shrunk_singles()[m.rows[:4]], ash_by_row(known, var))
     m.set_prior(denoise="eb")  # another denoiser: the cached table is recomputed
-    torch.testing.assert_close(m.shrunk_singles()[:4], ash_posterior_mean(known, var))
+    torch.testing.assert_close(m.shrunk_singles()[m.rows[:4]], ash_posterior_mean(known, var))
 
 
 def test_denoise_eb_masks_the_shrunk_singles_and_is_recomputed_with_new_effects():
     m, effects, variances = _with_singles("eb", 3)
     known = torch.stack([effects[i] for i in range(4)])
     shrunk = ash_posterior_mean(known, torch.stack([variances[i] for i in range(4)]))
-    torch.testing.assert_close(m.shrunk_singles()[:4], shrunk)
-    assert not m.shrunk_singles()[4:].any()  # unknown singles stay zero
+    torch.testing.assert_close(m.shrunk_singles()[m.rows[:4]], shrunk)
+    assert not m.shrunk_singles()[m.rows[4:]].any()  # unknown singles stay zero
     got = m.prior_mean(torch.tensor([[0, 1], [0, -1]]))
     rule = masking(shrunk[0], shrunk[1], 0.5)
     torch.testing.assert_close(got[0, 2:], rule[2:])
     torch.testing.assert_close(got[0, :2], effects[0][:2] + effects[1][:2])  # own columns: measured singles
     torch.testing.assert_close(got[1], effects[0])  # a measured single is its measurement
     m.set_single_effects({i: 2 * e for i, e in effects.items()}, variances)  # new effects: shrunk anew
-    torch.testing.assert_close(m.shrunk_singles()[:4], ash_posterior_mean(2 * known, torch.stack(
+    torch.testing.assert_close(m.shrunk_singles()[m.rows[:4]], ash_posterior_mean(2 * known, torch.stack(
         [variances[i] for i in range(4)])))
     again = _model(kappa=0.5, denoise="eb")
     again.load_state_dict(m.state_dict())
