@@ -28,18 +28,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import write_json  # noqa: E402  (benchmarks/_results.py: atomic writes)
+from perturbation_scale import screen_labels  # noqa: E402
 
 GIB = 1024**2  # ru_maxrss is in KiB on Linux
 TARGET_S = 120.0  # 100 conditions x 300 cells of a 5,000-gene screen on 2 cores
-
-
-def screen_conditions(path: str | Path, n: int) -> list[str]:
-    """The last ``n`` perturbation labels of a simulated screen (``uns['grn']['conditions']``, ``ctrl`` left out)."""
-    import h5py
-
-    with h5py.File(path, "r") as f:
-        labels = [x.decode() if isinstance(x, bytes) else str(x) for x in f["uns/grn/conditions"][()]]
-    return [label for label in labels if label != "ctrl"][-n:]
 
 
 def run_once(args, threads: int, labels: list[str], scratch: Path) -> dict:
@@ -80,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--caveat", default="", help="a note on the machine's load, kept in the JSON")
     p.add_argument("--output", default=str(ROOT / "benchmarks/results/perturbation_predict_command.json"))
     args = p.parse_args(argv)
-    labels = screen_conditions(args.control, args.conditions)
+    labels = screen_labels(args.control)[-args.conditions:]
     runs: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="predict_command_") as scratch:
         for repeat in range(args.repeats):

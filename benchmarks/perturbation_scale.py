@@ -221,7 +221,7 @@ def child_predict(args) -> None:
     model.load_state_dict(state["state_dict"], strict=True)
     model.eval()
     ctrl = read_control_cells(args.data, model.measured_genes)
-    labels = _conditions(args.data)[-args.predict_conditions:]
+    labels = screen_labels(args.data)[-args.predict_conditions:]
     index = {g: i for i, g in enumerate(model.config["genes"])}
     rows = [gene_indices(parse_condition(label), index) for label in labels]
     load_s = time.perf_counter() - start
@@ -247,7 +247,7 @@ def child_predict(args) -> None:
         "negative_values": int((cells < 0).sum()), "rss_gib": _rss_gib()})
 
 
-def _conditions(path: str) -> list[str]:
+def screen_labels(path: str) -> list[str]:
     """Perturbation labels of a simulated screen, singles then doubles (``uns['grn']['conditions']`` less ``ctrl``)."""
     import h5py
 
