@@ -82,19 +82,17 @@ class Singles:
         ``rows``: the layout (:func:`table_rows`; default: a row for each measured single). A measured single
         without a row in ``rows`` is a ``ValueError``.
         """
-        rows = table_rows(effects, n_vocab) if rows is None else rows
-        n_rows = int(rows.max()) + 1 if len(rows) else 1
-        effect, var = torch.zeros(n_rows, n_genes), torch.zeros(n_rows, n_genes)
+        own = table_rows(effects, n_vocab)
+        effect, var = torch.zeros(len(effects) + 1, n_genes), torch.zeros(len(effects) + 1, n_genes)
         known = torch.zeros(n_vocab, dtype=torch.bool)
         for i, delta in effects.items():
-            if int(rows[i]) == 0:
-                raise ValueError(f"vocabulary entry {i} has a measured single but no row in the table layout")
-            effect[rows[i]] = torch.as_tensor(delta, dtype=effect.dtype)
+            effect[own[i]] = torch.as_tensor(delta, dtype=effect.dtype)
             known[i] = True
         for i, v in (variances or {}).items():
-            if int(rows[i]):
-                var[rows[i]] = torch.as_tensor(v, dtype=var.dtype)
-        return cls(effect, var, known, rows)
+            if int(own[i]):
+                var[own[i]] = torch.as_tensor(v, dtype=var.dtype)
+        singles = cls(effect, var, known, own)
+        return singles if rows is None else singles.relayout(rows)
 
     def take(self, table: Tensor, index: Tensor) -> Tensor:
         """Rows of ``table`` (``effect``, ``var`` or one in this layout) for vocabulary ``index`` (any shape, ≥ 0)."""
