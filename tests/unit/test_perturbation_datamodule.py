@@ -144,3 +144,14 @@ def test_perturbench_devel_by_cell_type():
     assert dm.control_matrix(c).shape == (100, len(dm.genes)) and dm.control_matrix().shape[0] == 300
     b = next(iter(dm.test_dataloader()))
     assert b["condition"] == dm.conditions["test"][:2]
+
+
+def test_knn_graph_ranked_in_blocks_of_genes_is_the_whole_matrix_graph(monkeypatch):
+    from sciml.perturbation.data import graph
+
+    rng = np.random.default_rng(0)
+    x = ((rng.random((200, 90)) < 0.3) * rng.random((200, 90))).astype(np.float32)
+    x[:, 7] = 0.0  # a constant gene correlates with nothing
+    whole = graph.coexpression_knn(x, k=6)
+    monkeypatch.setattr(graph, "RANK_VALUES", 3 * 90)  # three genes' rows at a time
+    assert torch.equal(graph.coexpression_knn(x, k=6), whole)

@@ -10,6 +10,7 @@ import torch
 
 MAX_KNN_CELLS = 50_000  # cells the co-expression correlation is computed on (a seeded draw beyond)
 CHUNK_VALUES = 2**25  # cells x genes densified at a time (float64: 256 MiB)
+RANK_VALUES = 2**22  # gene-pair correlations ranked at a time (float64: 32 MiB)
 
 
 def coexpression_knn(x, k: int = 30, max_cells: int = MAX_KNN_CELLS, seed: int = 0) -> torch.Tensor:
@@ -51,9 +52,12 @@ def coexpression_knn(x, k: int = 30, max_cells: int = MAX_KNN_CELLS, seed: int =
         squares += (centred * centred).sum(0)
     norm = np.sqrt(squares)
     norm[norm == 0] = np.inf  # constant genes correlate with nothing
-    corr = np.abs(gram / np.outer(norm, norm))
-    np.fill_diagonal(corr, -1.0)
-    nbrs = np.argsort(-corr, axis=1, kind="stable")[:, :k]
+    nbrs = np.empty((n_genes, k), dtype=np.int64)
+    block = max(1, RANK_VALUES // n_genes)  # genes whose correlation rows are ranked at once (not a second G x G)
+    for i in range(0, n_genes, block):
+        corr = np.abs(gram[i:i + block] / np.outer(norm[i:i + block], norm))
+        corr[np.arange(len(corr)), np.arange(i, i + len(corr))] = -1.0
+        nbrs[i:i + block] = np.argsort(-corr, axis=1, kind="stable")[:, :k]
     src = np.repeat(np.arange(n_genes), k)
     dst = nbrs.reshape(-1)
     return _unique_edges(np.concatenate([src, dst]), np.concatenate([dst, src]))
