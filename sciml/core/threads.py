@@ -16,9 +16,10 @@ Cheap to import (no torch): the CLI decides the number before its heavy imports,
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 
-__all__ = ["ENV", "choose_threads", "free_cores", "usable_cores"]
+__all__ = ["ENV", "choose_threads", "free_cores", "torch_threads", "usable_cores"]
 
 ENV = "OMP_NUM_THREADS"
 
@@ -92,3 +93,16 @@ def choose_threads(requested: int | None = None, environ: Mapping[str, str] | No
     if env:  # OpenMP allows a list for nested levels ("4,2"): the first level is torch's
         return _whole(env.split(",")[0], ENV), ENV
     return free_cores(), "free cores"
+
+
+@contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Set torch's intra-op threads to ``n`` for the block, then restore them (torch is imported on entry)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -9,14 +9,13 @@ generated cell is the ODE solution started from (noise, or) its control cell. Th
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from sciml.core.threads import torch_threads
 from sciml.perturbation.artifact import PerturbationPredictor
 from sciml.perturbation.domain import out_of_domain_note, rule_reasons
 from sciml.perturbation.model import PerturbationModel
@@ -74,22 +73,11 @@ def generate(module: PerturbationModel, ctrl: np.ndarray, rows: list[list[int]],
     for idx in map(run, groups[:1]):  # the first group fills the model's caches (prior tables, shrunk singles)
         bar.update(len(idx))
     workers = torch.get_num_threads() if device.type == "cpu" else 1
-    with torch_threads(1 if workers > 1 else workers), ThreadPoolExecutor(max(1, workers)) as pool:
+    with torch_threads(1), ThreadPoolExecutor(workers) as pool:
         for idx in pool.map(run, groups[1:]):
             bar.update(len(idx))
     bar.close()
     return out
-
-
-@contextmanager
-def torch_threads(n: int) -> Iterator[None]:
-    """Set torch's intra-op threads to ``n`` for the block, then restore them."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def predict_effects(predictor: PerturbationPredictor, ctrl: np.ndarray, labels: list[str], n_cells: int = 200,

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sciml.core.threads import torch_threads
 from sciml.perturbation.sim.kernels import PackedTerms, kernels, negative_binomial
 
 BLOCK = 128  # cells per pass of the compiled engine (GRN.langevin_compiled)
@@ -160,13 +161,9 @@ class GRN:
         gen = torch.Generator().manual_seed(int(seed))
         zeros = torch.zeros_like(x)
         amplitude = noise * dt**0.5
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)  # the per-step tensors are small: on a shared node, threads cost more than they give
-        try:
+        with torch_threads(1):  # the per-step tensors are small: on a shared node, threads cost more than they give
             x = self._torch_steps(x, factor, basal, reg, hn, offset, sign, strength, target, logic_or, gen, zeros,
                                   steps, dt, amplitude)
-        finally:
-            torch.set_num_threads(threads)
         return x.double().numpy()
 
     def _torch_steps(self, x, factor, basal, reg, hn, offset, sign, strength, target, logic_or, gen, zeros, steps,
