@@ -22,6 +22,9 @@ from sciml.perturbation.prior import (
     PriorTables,
     Singles,
     condition_singles,
+    mean_single,
+    move_rows,
+    n_table_rows,
     prior_mean,
     shrunk_table,
     table_rows,
@@ -122,7 +125,7 @@ class PerturbationModel(torch.nn.Module):
         rows = table_rows([index[g] for g in perturbed_genes] if perturbed_genes is not None else range(len(genes)),
                           len(genes))
         self.register_buffer("rows", rows)  # vocabulary entry -> row of the singles' tables (Singles)
-        n_rows = int(rows.max()) + 1 if len(rows) else 1
+        n_rows = n_table_rows(rows)
         self.register_buffer("single_effect", torch.zeros(n_rows, n_measured))
         self.register_buffer("has_effect", torch.zeros(len(genes), dtype=torch.bool))
         self.register_buffer("unknown_effect", torch.zeros(n_measured))  # additive fallback's stand-in single
@@ -471,8 +474,7 @@ def _default_buffers(module, state_dict, prefix, *args) -> None:
     key = prefix + "unknown_effect"
     if key not in state_dict and effect is not None and known is not None:
         rows = state_dict.get(prefix + "rows")  # absent: tables by vocabulary entry
-        rows = torch.arange(len(known)) if rows is None else rows
-        state_dict[key] = effect[rows[known]].mean(0) if bool(known.any()) else torch.zeros_like(effect[0])
+        state_dict[key] = mean_single(effect, known, torch.arange(len(known)) if rows is None else rows)
     if hasattr(module, "closure") and prefix + "closure" not in state_dict and prefix + "single_var" in state_dict:
         state_dict[prefix + "closure"] = torch.zeros_like(module.closure)
     for joint, single in (("joint_effect", "single_effect"), ("joint_var", "single_var")):
@@ -483,16 +485,10 @@ def _default_buffers(module, state_dict, prefix, *args) -> None:
 
 
 def _compact_tables(module, state_dict, prefix: str, known: Tensor) -> None:
-    """Move the ``(V, G)`` singles' tables of an older state to the model's rows (known singles only hold data)."""
-    vocab = torch.nonzero(known).flatten()
-    rows = module.rows.to(vocab.device)
-    if bool((rows[vocab] == 0).any()):
-        raise ValueError("the state has singles of genes that this model's config does not list as perturbed in "
-                         "training (module.perturbed_genes); load it into a model made from its own config")
+    """Move the ``(V, G)`` singles' tables of an older state to the model's rows (:func:`move_rows`)."""
+    by_entry = torch.arange(len(known), device=known.device)
     for name in ("single_effect", "single_var", "joint_effect", "joint_var"):
         table = state_dict.get(prefix + name)
         if table is not None and hasattr(module, name):
-            compact = table.new_zeros(getattr(module, name).shape)
-            compact[rows[vocab]] = table[vocab]
-            state_dict[prefix + name] = compact
+            state_dict[prefix + name] = move_rows(table, known, by_entry, module.rows.to(table.device))
     state_dict[prefix + "rows"] = module.rows.clone()

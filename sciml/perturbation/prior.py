@@ -29,7 +29,7 @@ from sciml.perturbation.nn.shrinkage import ash_by_row, ash_posterior_mean
 from sciml.perturbation.settings import PriorSettings
 
 __all__ = ["DENOISERS", "PriorTables", "Singles", "condition_singles", "mean_single", "own_columns", "prior_mean",
-           "shrunk_table", "table_rows"]
+           "move_rows", "n_table_rows", "shrunk_table", "table_rows"]
 
 #: ``flow.denoise`` names (:data:`~sciml.perturbation.settings.DENOISER_NAMES`): one prior for all singles, one
 #: per single, one per single of the singles estimated with the training doubles
@@ -46,6 +46,26 @@ def table_rows(indices, n_vocab: int) -> Tensor:
     order = sorted({int(i) for i in indices})
     rows[order] = torch.arange(1, len(order) + 1)
     return rows
+
+
+def n_table_rows(rows: Tensor) -> int:
+    """Rows ``R`` of a compact table with layout ``rows`` ``(V,)`` (row 0 included)."""
+    return int(rows.max()) + 1 if len(rows) else 1
+
+
+def move_rows(table: Tensor, known: Tensor, source: Tensor, target: Tensor) -> Tensor:
+    """The rows of the ``known`` ``(V,)`` singles of ``table`` (layout ``source``) in a new table of layout ``target``.
+
+    Every other row is 0. A known single without a row in ``target`` is a ``ValueError``.
+    """
+    vocab = torch.nonzero(known).flatten()
+    if bool((target[vocab] == 0).any()):
+        missing = vocab[target[vocab] == 0].tolist()[:5]
+        raise ValueError(f"vocabulary entries {missing} have a measured single but no row in the table layout: they "
+                         "are not among the genes perturbed in training (the model's perturbed_genes)")
+    out = table.new_zeros(n_table_rows(target), table.shape[1])
+    out[target[vocab]] = table[source[vocab]]
+    return out
 
 
 @dataclass(frozen=True)
@@ -99,15 +119,9 @@ class Singles:
         return table[self.rows[index]]
 
     def relayout(self, rows: Tensor) -> Singles:
-        """The same singles in the layout ``rows`` (every known single must have a row there)."""
-        known = torch.nonzero(self.known).flatten()
-        if bool((rows[known] == 0).any()):
-            missing = known[rows[known] == 0].tolist()[:5]
-            raise ValueError(f"vocabulary entries {missing} have a measured single but no row in the table layout")
-        n_rows = int(rows.max()) + 1 if len(rows) else 1
-        effect, var = self.effect.new_zeros(n_rows, self.effect.shape[1]), self.var.new_zeros(n_rows, self.var.shape[1])
-        effect[rows[known]], var[rows[known]] = self.effect[self.rows[known]], self.var[self.rows[known]]
-        return Singles(effect, var, self.known.clone(), rows)
+        """The same singles in the layout ``rows`` (every known single must have a row there, :func:`move_rows`)."""
+        return Singles(move_rows(self.effect, self.known, self.rows, rows),
+                       move_rows(self.var, self.known, self.rows, rows), self.known.clone(), rows)
 
     def mean_effect(self) -> Tensor:
         """Mean ``(G,)`` of the known single effects (zeros when none): the stand-in of an unknown single."""
