@@ -54,5 +54,7 @@ def test_knockdown_lowers_the_perturbed_gene_and_doubles_are_not_additive():
 def test_bad_settings_name_the_field():
     with pytest.raises(ValueError, match="unknown keys"):
         ProgramConfig.from_dict({"n_gene": 5})
+    with pytest.raises(ValueError, match="wrong type"):
+        ProgramConfig.from_dict({"n_genes": "many"})
     with pytest.raises(ValueError, match="doubles"):
         ProgramConfig.from_dict({"n_singles": 3, "n_doubles": 4})

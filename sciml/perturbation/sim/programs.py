@@ -19,7 +19,7 @@ library ``L``; ``X = log1p(counts / Σ counts · target_sum)``. Used to check a 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 
 import numpy as np
 from scipy import sparse
@@ -27,7 +27,7 @@ from scipy import sparse
 from sciml.perturbation.data.anndata_io import TARGET_SUM, log_normalise
 from sciml.perturbation.data.conditions import format_condition
 from sciml.perturbation.progress import note
-from sciml.perturbation.sim.simulate import gene_names
+from sciml.perturbation.sim.simulate import gene_names, typed_config
 
 
 @dataclass
@@ -57,11 +57,7 @@ class ProgramConfig:
     @classmethod
     def from_dict(cls, data: dict | None) -> ProgramConfig:
         """Build from a mapping; unknown keys are a ``ValueError`` naming them."""
-        data = dict(data or {})
-        unknown = set(data) - {f.name for f in fields(cls)}
-        if unknown:
-            raise ValueError(f"program screen: unknown keys {sorted(unknown)}; known: {[f.name for f in fields(cls)]}")
-        cfg = cls(**{k: type(getattr(cls, k))(v) for k, v in data.items()})
+        cfg = typed_config(cls, dict(data or {}), "program screen", "numbers for every setting")
         if cfg.n_singles > cfg.n_genes or cfg.n_doubles > cfg.n_singles * (cfg.n_singles - 1) // 2:
             raise ValueError(f"program screen: {cfg.n_singles} singles and {cfg.n_doubles} doubles do not fit "
                              f"{cfg.n_genes} genes (doubles are pairs of the singles)")

@@ -81,17 +81,10 @@ class SimConfig:
     def from_dict(cls, data: dict | None) -> SimConfig:
         """Build from a mapping; unknown keys are a ``ValueError`` naming them."""
         data = dict(data or {})
-        unknown = set(data) - {f.name for f in fields(cls)}
-        if unknown:
-            raise ValueError(f"grn config: unknown keys {sorted(unknown)}; known: {[f.name for f in fields(cls)]}")
         for k in ("sparse",):  # a YAML boolean reads as true / false
             if isinstance(data.get(k), bool):
                 data[k] = str(data[k]).lower()
-        try:
-            cfg = cls(**{k: type(getattr(cls, k))(v) for k, v in data.items()})
-        except (TypeError, ValueError):
-            raise ValueError(f"grn config: a value has the wrong type in {data}; numbers for counts and "
-                             "rates, a name for 'perturbation'") from None
+        cfg = typed_config(cls, data, "grn config", "numbers for counts and rates, a name for 'perturbation'")
         bad = [f.name for f in fields(cls) if f.name not in ("seed", "perturbation", "engine", "sparse")
                and getattr(cfg, f.name) < 0]
         bad += [n for n in ("n_genes", "cells_per_condition", "control_cells", "steps", "n_batches")
@@ -111,6 +104,22 @@ class SimConfig:
         if cfg.n_singles > cfg.n_regulators:
             raise ValueError(f"grn config: n_singles {cfg.n_singles} > n_regulators {cfg.n_regulators}")
         return cfg
+
+
+def typed_config(cls, data: dict, name: str, hint: str):
+    """``cls(**data)`` (a dataclass), each value cast to its field's default type.
+
+    Unknown keys are a ``ValueError`` naming them; a value of the wrong type one saying ``hint`` (``name``: the
+    config, for the message).
+    """
+    known = [f.name for f in fields(cls)]
+    unknown = set(data) - set(known)
+    if unknown:
+        raise ValueError(f"{name}: unknown keys {sorted(unknown)}; known: {known}")
+    try:
+        return cls(**{k: type(getattr(cls, k))(v) for k, v in data.items()})
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: a value has the wrong type in {data}; {hint}") from None
 
 
 def choose_conditions(grn: GRN, cfg: SimConfig, rng: np.random.Generator) -> list[tuple[int, ...]]:
