@@ -73,7 +73,7 @@ class PerturbationEmbedding(nn.Module):
         """
         if torch.is_grad_enabled():
             return self._gene_vectors(gene_table, adjacency)
-        key = tuple((t.data_ptr(), t._version) for t in (gene_table, adjacency, *self.parameters()))
+        key = _state_key(gene_table, adjacency, *self.parameters())
         if self._vectors is None or self._vectors[0] != key:
             self._vectors = (key, self._gene_vectors(gene_table, adjacency))
         return self._vectors[1]
@@ -85,7 +85,7 @@ class PerturbationEmbedding(nn.Module):
         """:func:`row_normalised` of ``adjacency``, kept until it changes (its scan is ``O(V²)``, a step's is not)."""
         if adjacency.numel() == 0:
             return adjacency
-        key = (adjacency.data_ptr(), adjacency._version, adjacency.shape, adjacency.device)
+        key = _state_key(adjacency)
         if self._graph is None or self._graph[0] != key:
             self._graph = (key, row_normalised(adjacency))
         return self._graph[1]
@@ -96,3 +96,8 @@ class PerturbationEmbedding(nn.Module):
         valid = pert >= 0
         e = self.phi(vectors[pert.clamp_min(0)]) * valid[..., None]
         return self.rho(e.sum(1))
+
+
+def _state_key(*tensors: Tensor) -> tuple:
+    """What changes when one of ``tensors`` is replaced or changed in place (storage, version, shape, device)."""
+    return tuple((t.data_ptr(), t._version, tuple(t.shape), t.device) for t in tensors)
