@@ -62,6 +62,8 @@ COMMON = {
     "threads": Key(None, "torch threads; OMP_NUM_THREADS in the environment, when set, wins", "int"),
     "run_dir": Key("runs/default", "run folder: config.yaml, split.json, checkpoints/, logs/, calibrator.json; "
                                    "fit resumes from its checkpoints (--fresh starts over)"),
+    "init_from": Key(None, "start from these weights (fine-tuning): a model folder or shipped name, a .ckpt or a "
+                           "model.pt with the same network; a resumed run ignores it", "str"),
     "calibration": Section({
         "score": Key("absolute", "conformity score (normalized: divided by the model's sigma)", "str",
                      ("absolute", "normalized", "cqr")),

@@ -44,6 +44,7 @@ from sciml.core.io.checkpoint import AtomicCheckpointIO
 from sciml.core.registry import build_task
 from sciml.core.training import GlooSyncBatchNorm, RNGStateCallback, SlurmRequeue
 from sciml.core.training.conformal import ConformalCallback
+from sciml.core.training.init import init_weights
 
 RUN_OUTPUTS = ("checkpoints", "logs", "tb", "config.yaml", "split.json", "calibrator.json", "hpc_ckpt_*.ckpt")
 """What ``fit`` writes into a run folder (and ``fresh`` removes)."""
@@ -129,7 +130,8 @@ def train(cfg: dict, ckpt_path: str | None = None, test: bool = True, fresh: boo
     ----------
     cfg : dict
         Run config: ``task``, ``seed``, ``run_dir``, ``threads``, ``data``, ``model``, ``trainer``,
-        ``calibration``, optional ``checkpoint`` and ``slurm`` (:mod:`sciml.core.config` lists every key).
+        ``calibration``, optional ``init_from`` (weights to start from: :mod:`sciml.core.training.init`),
+        ``checkpoint`` and ``slurm`` (:mod:`sciml.core.config` lists every key).
     ckpt_path : str or None
         Resume from this Lightning checkpoint, ``"last"``, or ``None`` (resume from the newest of
         ``last.ckpt`` and SLURM's ``hpc_ckpt_<n>.ckpt`` in the run directory when one exists, else start
@@ -170,6 +172,8 @@ def train(cfg: dict, ckpt_path: str | None = None, test: bool = True, fresh: boo
     trainer = build_trainer(cfg, run_dir)  # knows this process's global rank before anything is written
     L.seed_everything(int(cfg.get("seed", 0)), workers=True)
     datamodule, module = build_task(cfg, run_dir if trainer.is_global_zero else None)
+    if cfg.get("init_from") and not resume:
+        init_weights(module, cfg["init_from"])
     if trainer.is_global_zero:
         import yaml
 
