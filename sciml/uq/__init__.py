@@ -31,6 +31,7 @@ from .hurdle import HurdleConformal
 from .hurdle_groups import ConditionalHurdleConformal
 from .metrics import (
     coverage,
+    coverage_miss_probability,
     group_coverage,
     long_run_coverage,
     mean_width,
@@ -113,6 +114,7 @@ __all__ = [
     "conformal_rank",
     "cop_bound",
     "coverage",
+    "coverage_miss_probability",
     "density_ratio",
     "effective_sample_size",
     "expected_size",

@@ -14,6 +14,7 @@ from .sets import Interval, PredictionSet
 
 __all__ = [
     "coverage",
+    "coverage_miss_probability",
     "group_coverage",
     "long_run_coverage",
     "mean_width",
@@ -160,3 +161,39 @@ def winkler_score(interval: Interval, y: Tensor, alpha: float) -> Tensor:
     below = (interval.lower - y).clamp_min(0)  # (l - y) 1[y < l]
     above = (y - interval.upper).clamp_min(0)  # (y - u) 1[y > u]
     return (interval.size() + (2.0 / alpha) * (below + above)).mean()
+
+
+def coverage_miss_probability(n_calib: int, n_test: int, alpha: float, tol: float) -> float:
+    """Probability that an exactly calibrated group's test coverage lies more than ``tol`` from ``1 - α``.
+
+    The resolution of a per-group coverage check: a group with ``n_calib`` calibration and ``n_test`` test points,
+    calibrated by split conformal within the group, has test coverage ``c ~ Beta(k, n_calib + 1 - k)`` given the
+    calibration draw, ``k = ⌈(n_calib + 1)(1 - α)⌉`` (Vovk 2012; Angelopoulos & Bates 2021, §C), and ``n_test · ĉ``
+    is binomial given ``c``: beta-binomial overall. Summed over groups this is the number of groups a perfect
+    group-conditional method is expected to put outside ``±tol`` on one split (a sum of marginals, whatever the
+    overlap of the groups).
+
+    Parameters
+    ----------
+    n_calib, n_test : int
+        Calibration and test points of the group.
+    alpha : float
+        Miscoverage; the check is ``|ĉ - (1 - α)| > tol``.
+    tol : float
+        Tolerance of the check, e.g. ``0.03``.
+
+    """
+    import math
+
+    from scipy.stats import betabinom
+
+    alpha = check_alpha(alpha)
+    if n_calib < 1 or n_test < 1:
+        raise ValueError(f"n_calib and n_test must be >= 1, got {n_calib} and {n_test}")
+    k = math.ceil((n_calib + 1) * (1 - alpha))
+    if k > n_calib:  # too few calibration points: the set is everything, coverage 1
+        return float(alpha > tol)
+    counts = betabinom(n_test, k, n_calib + 1 - k)
+    low = math.ceil(n_test * (1 - alpha - tol) - 1e-9) - 1  # the largest count below n (1 - α - tol)
+    high = math.floor(n_test * (1 - alpha + tol) + 1e-9)  # counts above it are above n (1 - α + tol)
+    return float(counts.cdf(low) + counts.sf(high))

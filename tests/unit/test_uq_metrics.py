@@ -1,13 +1,14 @@
-"""Coverage, mean width and Winkler score on hand-computed examples."""
+"""Coverage, mean width, Winkler score (hand-computed examples) and the miss probability of a coverage check."""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
-from sciml.uq import Interval, PredictionSet, coverage, mean_width, winkler_score
+from sciml.uq import Interval, PredictionSet, coverage, coverage_miss_probability, mean_width, winkler_score
 
 
 def _example() -> tuple[Interval, torch.Tensor]:
@@ -58,3 +59,23 @@ def test_metric_errors() -> None:
         coverage(empty, torch.empty(0))
     with pytest.raises(ValueError, match="empty"):
         mean_width(empty)
+
+
+@pytest.mark.parametrize(("n_calib", "n_test", "tol"), [(400, 260, 0.03), (50, 30, 0.05)])
+def test_coverage_miss_probability_matches_split_conformal_simulation(n_calib, n_test, tol):
+    """Simulate split conformal in one group (uniform scores: the k-th order statistic is the threshold)."""
+    rng = np.random.default_rng(0)
+    reps, k = 20000, int(np.ceil((n_calib + 1) * 0.9))
+    threshold = np.sort(rng.random((reps, n_calib)), axis=1)[:, k - 1]
+    covered = (rng.random((reps, n_test)) <= threshold[:, None]).mean(1)
+    simulated = (np.abs(covered - 0.9) > tol).mean()
+    exact = coverage_miss_probability(n_calib, n_test, 0.1, tol)
+    assert abs(simulated - exact) <= 4 * np.sqrt(exact * (1 - exact) / reps)  # 4 Monte Carlo standard errors
+
+
+def test_coverage_miss_probability_edges():
+    assert coverage_miss_probability(5, 100, 0.1, 0.03) == 1.0  # k > n: the set is everything, coverage 1
+    assert coverage_miss_probability(5, 100, 0.02, 0.03) == 0.0  # ... which is within 0.03 of 0.98
+    assert coverage_miss_probability(10**6, 10**6, 0.1, 0.03) < 1e-6  # sd 3e-4 each: 0.03 is ~70 sd
+    with pytest.raises(ValueError, match="n_calib"):
+        coverage_miss_probability(0, 10, 0.1, 0.03)
