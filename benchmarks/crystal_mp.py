@@ -32,7 +32,7 @@ from crystal_perov5 import composition_features
 
 from sciml.crystal.calibration import CRYSTAL_SYSTEMS, graph_structures
 from sciml.crystal.export import roc_auc
-from sciml.uq import SplitConformal, coverage
+from sciml.uq import SplitConformal, coverage, coverage_miss_probability
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "crystal_mp.json"
@@ -43,6 +43,7 @@ ANCHORS = {  # published test MAEs on Materials Project (not our runs)
 }
 GROUPS = ("n_elements", "size_range", "crystal_system")
 MIN_GROUP = 200  # test structures a group needs to be judged
+TOL = 0.03  # a judged group's coverage should lie within this of 1 - alpha
 
 
 def load_module(path: Path):
@@ -99,8 +100,14 @@ def group_labels(structures: list) -> dict[str, np.ndarray]:
     return {name: structure_groups(name, structures).numpy() for name in GROUPS}
 
 
-def group_coverage(covered: np.ndarray, labels: dict[str, np.ndarray]) -> dict:
-    """Coverage per group with at least :data:`MIN_GROUP` test structures (and the others' sizes)."""
+def group_coverage(covered: np.ndarray, labels: dict[str, np.ndarray], calib: dict[str, np.ndarray] | None = None,
+                   alpha: float = 0.1) -> dict:
+    """Coverage per group with at least :data:`MIN_GROUP` test structures (and the others' sizes).
+
+    With the calibration split's ``calib`` labels, each group also gets ``n_calib`` and ``p_outside``: the chance
+    that an exactly group-calibrated method puts this group outside ±:data:`TOL` on one split
+    (:func:`sciml.uq.coverage_miss_probability`), the resolution of the check.
+    """
     out = {}
     for name, lab in labels.items():
         for v in np.unique(lab):
@@ -108,6 +115,10 @@ def group_coverage(covered: np.ndarray, labels: dict[str, np.ndarray]) -> dict:
             key = f"{name}={CRYSTAL_SYSTEMS[v] if name == 'crystal_system' else v}"
             out[key] = {"n": int(rows.sum()), "coverage": float(covered[rows].mean()) if rows.sum() else None,
                         "judged": bool(rows.sum() >= MIN_GROUP)}
+            if calib is not None:
+                n_calib = int((calib[name] == v).sum())
+                out[key] |= {"n_calib": n_calib, "p_outside": coverage_miss_probability(
+                    max(n_calib, 1), int(rows.sum()), alpha, TOL) if n_calib else None}
     return out
 
 
@@ -228,8 +239,10 @@ def coverage_report(predictor, dm, run: dict, y: np.ndarray, zero_inflated: bool
     else:
         interval = predict_interval(predictor.calibrator, mean, torch.ones_like(mean), None, structures)
     covered = ((interval.lower.numpy() <= y) & (y <= interval.upper.numpy()))
+    calib_labels = group_labels([s for b in dm.calib_dataloader() for s in graph_structures(b)])
     report = {"method": predictor.calibrator.method, "overall": float(covered.mean()),
-              "mean_width": float((interval.upper - interval.lower).mean()), "groups": group_coverage(covered, labels)}
+              "mean_width": float((interval.upper - interval.lower).mean()),
+              "groups": group_coverage(covered, labels, calib_labels)}
     if zero_inflated:
         report["metal"], report["nonmetal"] = float(covered[y <= 0].mean()), float(covered[y > 0].mean())
     cal_run = run_model(predictor.module, dm.calib_dataloader())

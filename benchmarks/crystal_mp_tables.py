@@ -50,6 +50,11 @@ def coverage_table(block: dict) -> list[str]:
     judged = [g["coverage"] for g in cov["groups"].values() if g["judged"]]
     inside = sum(abs(c - 0.9) <= 0.03 for c in judged)
     lines += ["", f"{inside} of {len(judged)} groups of >= 200 test structures within ±0.03 of 0.90."]
+    chances = [g["p_outside"] for g in cov["groups"].values() if g["judged"] and g.get("p_outside") is not None]
+    if chances:
+        lines[-1] += (f" A method calibrated exactly in every group would leave {sum(chances):.1f} of them outside on "
+                      "one split (calibration and test sampling at these group sizes: "
+                      "`sciml.uq.coverage_miss_probability`).")
     return lines
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 
@@ -54,3 +56,19 @@ def test_crystal_mp_tables_follow_the_results(load_benchmark):
     rows = sum(g.startswith("crystal_system=") for t in ("formation_energy_per_atom", "band_gap")
                for g in results[t]["coverage"]["groups"])
     assert text.count("| crystal_system=") == rows  # one row per group of each target
+
+
+def test_crystal_mp_group_coverage_gives_each_group_its_resolution(load_benchmark, monkeypatch):
+    """Each group's p_outside is the miss probability at its own calibration and test sizes."""
+    from sciml.uq import coverage_miss_probability
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "benchmarks"))  # its sibling modules
+    bench = load_benchmark("crystal_mp")
+    test = {"n_elements": np.array([2] * 250 + [3] * 300)}
+    calib = {"n_elements": np.array([2] * 400 + [3] * 100)}
+    covered = np.arange(550) % 10 != 0  # 0.9 in both groups
+    groups = bench.group_coverage(covered, test, calib)
+    assert groups["n_elements=2"] == {"n": 250, "coverage": 0.9, "judged": True, "n_calib": 400,
+                                      "p_outside": coverage_miss_probability(400, 250, 0.1, bench.TOL)}
+    assert groups["n_elements=3"]["p_outside"] > groups["n_elements=2"]["p_outside"]  # fewer calibration points
+    assert "n_calib" not in bench.group_coverage(covered, test)["n_elements=2"]
