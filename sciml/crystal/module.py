@@ -24,6 +24,8 @@ class CrystalRegressor(CrystalModel, L.LightningModule):
 
     """
 
+    weight_keys = ("network", "graph")  # what fine-tuning (init_from) must share; atoms are embedded by Z
+
     def __init__(self, network: dict, graph: dict, target: dict, elements: list[str],
                  optim: dict | None = None) -> None:
         network = current_network(network)

@@ -41,6 +41,8 @@ class HamiltonianModule(HamiltonianModel, L.LightningModule):
 
     """
 
+    weight_keys = ("network", "layout")  # what fine-tuning (init_from) must share: the orbitals of each element
+
     def __init__(self, network: dict, layout: dict, stats: dict | None = None, loss: dict | None = None,
                  optim: dict | None = None, meta: dict | None = None, ridge: dict | None = None,
                  overlap_filter: float | None = None, input_clip: float | None = None,

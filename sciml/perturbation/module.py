@@ -33,6 +33,8 @@ class PerturbationFlow(PerturbationModel, L.LightningModule):
 
     """
 
+    weight_keys = ("network", "genes")  # what fine-tuning (init_from) must share: the gene vocabulary's order
+
     def __init__(self, network: dict, genes: list[str], n_measured: int | None = None,
                  perturbed_genes: list[str] | None = None, flow: dict | None = None,
                  optim: dict | None = None, effect_prior: bool = True) -> None:

@@ -57,11 +57,15 @@ def test_other_network_is_refused_in_one_line(tiny_run, tmp_path, capsys):
     assert not (tmp_path / "wider" / "checkpoints").exists()
 
 
-def test_other_element_vocabulary_is_refused(tiny_run):
+def test_other_graph_is_refused_and_other_elements_are_not(tiny_run):
+    """Crystal weights mean the same for any element set (atoms are embedded by Z), not for another graph."""
     module = _module(tiny_run["config"])
-    module.hparams["elements"] = list(reversed(module.hparams["elements"]))  # same shapes, other rows
-    with pytest.raises(ArtifactError, match="elements differ.*same entries in another order"):
+    module.hparams["elements"] = module.hparams["elements"][:2]  # fine-tuning data with fewer elements
+    init_weights(module, tiny_run["artifact"])
+    module.hparams["graph"] = module.hparams["graph"] | {"cutoff": 5.0}
+    with pytest.raises(ArtifactError, match="graph differ.*cutoff: 8.0 there, 5.0 here"):
         init_weights(module, tiny_run["artifact"])
+
 
 
 def test_unreadable_source_names_the_file(tiny_run, tmp_path):

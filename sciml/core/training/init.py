@@ -5,10 +5,11 @@ a Lightning checkpoint (``.ckpt``) or a ``model.pt`` holding ``state_dict`` and 
 are loaded with ``weights_only=True``. The weights are copied into the freshly built module before the first
 step; the optimiser, schedule and epoch counter start anew (a warm restart, Loshchilov & Hutter 2017).
 
-The weights only mean the same thing in the same network: the network settings, the graph settings and the
-element vocabulary (which row of the embedding is which element) must equal the run's, and every tensor
-must have the same name and shape. Anything else is a one-line :class:`~sciml.core.io.artifact.ArtifactError`.
-Target normalisation and optimiser settings may differ: that is what fine-tuning on new data changes.
+The weights only mean the same thing in the same network: the hyperparameters a family's module names in its
+``weight_keys`` (crystal: network and graph settings, atoms are embedded by atomic number; Hamiltonian: network and
+orbital layout; perturbation: network and gene vocabulary) must equal the run's, and every tensor must have the
+same name and shape. Anything else is a one-line :class:`~sciml.core.io.artifact.ArtifactError`. Target
+normalisation, the data and optimiser settings may differ: that is what fine-tuning on new data changes.
 A resumed run (``last.ckpt`` present) restores its own weights and ignores ``init_from``.
 """
 
@@ -21,8 +22,8 @@ import torch
 from sciml.core.io.artifact import ArtifactError, load_artifact
 from sciml.core.io.checkpoint import load_lightning_checkpoint
 
-MEANING = ("network", "graph", "elements")
-"""Hyperparameters that fix what each weight means; they must match between the source and the run."""
+WEIGHT_KEYS = ("network",)
+"""Hyperparameters that fix what each weight means, for a module that names none (``weight_keys``)."""
 
 
 def read_weights(source: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
@@ -48,6 +49,8 @@ def _mismatch(own: dict[str, torch.Tensor], theirs: dict[str, torch.Tensor]) -> 
 def init_weights(module: torch.nn.Module, source: str | Path) -> None:
     """Copy the weights of ``source`` into ``module`` (whose ``hparams`` describe the run's network).
 
+    The source's hyperparameters named by ``module.weight_keys`` must equal the module's.
+
     Raises
     ------
     ArtifactError
@@ -56,7 +59,7 @@ def init_weights(module: torch.nn.Module, source: str | Path) -> None:
     """
     state, theirs = read_weights(source)
     own = dict(getattr(module, "hparams", {}) or {})
-    for key in MEANING:
+    for key in getattr(module, "weight_keys", WEIGHT_KEYS):
         if key in own and key in theirs and own[key] != theirs[key]:
             why = _first_difference(theirs[key], own[key])
             raise ArtifactError(f"init_from {source}: its {key} differ from this run's ({why}); "
