@@ -54,7 +54,8 @@ def init_weights(module: torch.nn.Module, source: str | Path) -> None:
     Raises
     ------
     ArtifactError
-        ``source`` cannot be read, or its network, graph, elements or tensor shapes differ from the run's.
+        ``source`` cannot be read, or its ``weight_keys`` hyperparameters or tensor names and shapes differ from the
+        run's.
 
     """
     state, theirs = read_weights(source)
