@@ -441,8 +441,8 @@ def main(argv=None) -> int:
     cut = args.size_cut or size_cut(counts, args.size_test_fraction)
     big = size_split(files, counts, cut, n_val, n_calib, len(rand.train), args.seed)
     result["size"] = {"cut_atoms": int(cut), **measure("size", big, base, args)}
-    result["size"]["n_atoms_train"] = [int(min(counts[files.index(f)] for f in big.train)),
-                                       int(max(counts[files.index(f)] for f in big.train))]
+    train_atoms = counts[[files.index(f) for f in big.train]]
+    result["size"]["n_atoms_train"] = [int(train_atoms.min()), int(train_atoms.max())]
     result["learning_curve"] = learning_curve(rand, sizes, base, args, result["random"])
     result["learning_curve"]["note"] = ("power law error = a·N^(-b) fitted in log-log on the measured points; "
                                         "extrapolated_error is its prediction at extrapolated_n, not a measurement")

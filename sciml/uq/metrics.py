@@ -6,10 +6,12 @@ accepts any :class:`~sciml.uq.sets.PredictionSet` unless stated.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
-from .quantile import check_alpha
+from .quantile import check_alpha, conformal_rank
 from .sets import Interval, PredictionSet
 
 __all__ = [
@@ -183,14 +185,12 @@ def coverage_miss_probability(n_calib: int, n_test: int, alpha: float, tol: floa
         Tolerance of the check, e.g. ``0.03``.
 
     """
-    import math
-
     from scipy.stats import betabinom
 
     alpha = check_alpha(alpha)
     if n_calib < 1 or n_test < 1:
         raise ValueError(f"n_calib and n_test must be >= 1, got {n_calib} and {n_test}")
-    k = math.ceil((n_calib + 1) * (1 - alpha))
+    k = conformal_rank(n_calib, alpha)
     if k > n_calib:  # too few calibration points: the set is everything, coverage 1
         return float(alpha > tol)
     counts = betabinom(n_test, k, n_calib + 1 - k)
