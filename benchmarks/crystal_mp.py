@@ -238,10 +238,12 @@ def coverage_report(predictor, dm, run: dict, y: np.ndarray, zero_inflated: bool
                                                     **hurdle_members(predictor.calibrator, structures))
     else:
         interval = predict_interval(predictor.calibrator, mean, torch.ones_like(mean), None, structures)
-    covered = ((interval.lower.numpy() <= y) & (y <= interval.upper.numpy()))
+    covered = interval.contains(torch.as_tensor(y, dtype=interval.lower.dtype)).numpy()
+    width = interval.size()
+    bounded = torch.isfinite(width)
     calib_labels = group_labels([s for b in dm.calib_dataloader() for s in graph_structures(b)])
     report = {"method": predictor.calibrator.method, "overall": float(covered.mean()),
-              "mean_width": float((interval.upper - interval.lower).mean()),
+              "mean_width": float(width[bounded].mean()), "unbounded": float(1 - bounded.double().mean()),
               "groups": group_coverage(covered, labels, calib_labels)}
     if zero_inflated:
         report["metal"], report["nonmetal"] = float(covered[y <= 0].mean()), float(covered[y > 0].mean())

@@ -41,8 +41,9 @@ def coverage_table(block: dict) -> list[str]:
     cov, split = block["coverage"], block["coverage"]["split_conformal"]
     classes = (f", metals {cov['metal']:.3f}, non-metals {cov['nonmetal']:.3f}" if "metal" in cov else "")
     split_classes = (f", metals {split['metal']:.3f}, non-metals {split['nonmetal']:.3f}" if "metal" in split else "")
+    unbounded = f" ({100 * cov['unbounded']:.1f}% of the sets unbounded)" if cov.get("unbounded") else ""
     lines = ["", f"coverage ({cov['method']}): overall {cov['overall']:.3f}, mean width {cov['mean_width']:.3f}"
-             f"{classes}; split conformal overall {split['overall']:.3f}{split_classes}", "",
+             f"{unbounded}{classes}; split conformal overall {split['overall']:.3f}{split_classes}", "",
              "| group | n | ours | split conformal |", "|---|---|---|---|"]
     for group, g in cov["groups"].items():
         label = group if g["judged"] else f"{group} (n < 200)"

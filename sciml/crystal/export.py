@@ -26,7 +26,7 @@ from sciml.crystal.domain import FILE as DOMAIN_FILE
 from sciml.crystal.domain import CrystalDomain, fit_domain
 from sciml.crystal.module import CrystalRegressor
 from sciml.crystal.task import datamodule
-from sciml.uq import Interval, coverage, mean_width
+from sciml.uq import coverage, mean_width
 from sciml.uq.groups import (
     build_calibrator,
     build_hurdle,
@@ -65,7 +65,9 @@ def model_card(name: str, cfg: dict, metrics: dict, sizes: dict, alpha: float,
             f"- seeded split {sizes} (seed {cfg['data'].get('split', {}).get('seed')})"]
     measured = [f"- MAE: {metrics['test_mae']:.4f} {t['unit']}",
                 f"- {100 * (1 - alpha):.0f}% conformal interval: coverage {metrics.get('test_coverage', nan):.3f}, "
-                f"mean width {metrics.get('test_width', nan):.4f} {t['unit']}"]
+                f"mean width {metrics.get('test_width', nan):.4f} {t['unit']}"
+                + (f" (of the bounded sets; {100 * metrics['test_unbounded']:.1f}% unbounded: too few calibration "
+                   "structures of their groups)" if metrics.get("test_unbounded") else "")]
     limits = [f"- Elements seen in training: {', '.join(cfg['module']['elements'])}. Other elements (Z <= 103) are "
               "embedded from their descriptors only and flagged in the `note` column: extrapolation.",
               "- Intervals are split-conformal: marginal coverage ≥ 1−α for structures exchangeable with the "
@@ -77,8 +79,9 @@ def model_card(name: str, cfg: dict, metrics: dict, sizes: dict, alpha: float,
                         f"{label}s {metrics['test_coverage_zero']:.3f}, among the others "
                         f"{metrics['test_coverage_positive']:.3f}; MAE among the others "
                         f"{metrics['test_mae_positive']:.4f} {t['unit']}")
-        limits.append(f"- Hurdle intervals (`sciml.uq.hurdle`): never below 0; thresholds calibrated on the {label}s "
-                      "and on the others separately, so each class is covered, not only the average.")
+        limits.append(f"- Hurdle sets (`sciml.uq.hurdle`): never below 0; whether 0 ({label}) is in the set is a "
+                      f"column of its own; thresholds calibrated on the {label}s and on the others separately, so "
+                      "each class is covered, not only the average.")
     if isinstance(metrics.get("group_by"), list):
         module = "sciml.uq.hurdle_groups" if "test_coverage_zero" in metrics else "sciml.uq.conditional"
         limits.append(f"- Conditional calibration on the groups {', '.join(metrics['group_by'])} (quantile regression "
@@ -170,17 +173,20 @@ def calibrate_hurdle(module: CrystalRegressor, dm, alpha: float, calibration: di
     cal.fit(*collect_parts(module, dm.calib_dataloader()), **hurdle_members(cal, structures["calib"], fitting=True))
     p_zero, value, y = collect_parts(module, dm.test_dataloader())
     groups = hurdle_members(cal, structures["test"])
-    interval, mean = cal.predict_set(p_zero, value, alpha, **groups), cal.point(p_zero, value, alpha, **groups)
-    zero = y <= 0
-    t, q = cal.thresholds(alpha)
+    sets, mean = cal.predict_set(p_zero, value, alpha, **groups), cal.point(p_zero, value, alpha, **groups)
+    zero, covered, width = y <= 0, sets.contains(y), sets.size()
+    bounded = torch.isfinite(width)
     metrics = {"test_mae": float((mean - y).abs().mean()), "test_mae_positive": float((mean - y)[~zero].abs().mean()),
-               "test_coverage": float(coverage(interval, y)), "test_width": float(mean_width(interval)),
-               "alpha": alpha, "n_calib": cal.n_calib, "zero_threshold": float(t), "half_width": float(q),
-               **({"group_by": cal.group_by} if getattr(cal, "group_by", None) else {}),
-               "test_roc_auc_zero": roc_auc(p_zero, zero)}
-    for name, rows in (("zero", zero), ("positive", ~zero)):
-        part = Interval(interval.lower[rows], interval.upper[rows])
-        metrics[f"test_coverage_{name}"] = float(coverage(part, y[rows]))
+               "test_coverage": float(covered.double().mean()), "test_width": float(width[bounded].mean()),
+               "test_unbounded": float(1 - bounded.double().mean()),
+               "alpha": alpha, "n_calib": cal.n_calib, "test_roc_auc_zero": roc_auc(p_zero, zero),
+               "test_coverage_zero": float(covered[zero].double().mean()),
+               "test_coverage_positive": float(covered[~zero].double().mean())}
+    if getattr(cal, "group_by", None):
+        metrics["group_by"] = cal.group_by
+    else:  # one pair of thresholds for every input
+        t, q = cal.thresholds(alpha)
+        metrics |= {"zero_threshold": float(t), "half_width": float(q)}
     return cal, metrics
 
 

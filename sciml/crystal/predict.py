@@ -35,15 +35,20 @@ from sciml.uq.groups import hurdle_members, predict_interval, structure_groups
 from sciml.uq.hurdle import HurdleConformal
 
 NO_GUARANTEE = "the interval carries no guarantee"
+UNBOUNDED = "unbounded interval: too few calibration structures of this kind for a bound (no claim)"
+CLASS_WIDE = ("few calibration structures share this one's groups: its set is calibrated over all metals or all "
+              "non-metals, not over its groups")
 
 
 def columns(target: dict) -> list[str]:
     """CSV columns of ``crystal predict`` (docs/design.md §2), plus domain, ``note`` and ``error``.
 
-    A zero-inflated target (band gap) adds ``p_<zero_label>`` (``p_metal``): the probability that it is 0.
+    A zero-inflated target (band gap) adds ``p_<zero_label>`` (``p_metal``), the probability that it is 0, and
+    ``<zero_label>_in_set`` (``metal_in_set``): whether 0 is in the set (:class:`~sciml.uq.sets.ZeroOrInterval`;
+    ``False`` with ``lower == 0`` reads "not a metal, gap at most ``upper``").
     """
     name = target["name"]
-    p_zero = [zero_column(target)] if target.get("zero_inflated") else []
+    p_zero = [zero_column(target), zero_set_column(target)] if target.get("zero_inflated") else []
     return ["source", "formula", "n_atoms", name, f"{name}_lower", f"{name}_upper", *p_zero, "alpha",
             "domain_pvalue", "in_domain", "note", "error"]
 
@@ -51,6 +56,11 @@ def columns(target: dict) -> list[str]:
 def zero_column(target: dict) -> str:
     """Column of the probability that a zero-inflated target is 0 (``p_metal`` for band gaps)."""
     return f"p_{target.get('zero_label', 'zero')}"
+
+
+def zero_set_column(target: dict) -> str:
+    """Column saying whether 0 is in a zero-inflated target's set (``metal_in_set`` for band gaps)."""
+    return f"{target.get('zero_label', 'zero')}_in_set"
 
 
 def unseen_elements(structure, predictor: CrystalPredictor) -> list[str]:
@@ -105,6 +115,7 @@ def _run(good, predictor: CrystalPredictor) -> dict:
 def _rows(good, run: dict, lower, upper, predictor: CrystalPredictor, alpha, beta: float,
           extra: dict[int, str] | None = None) -> dict[int, dict]:
     target, rows = predictor.target["name"], {}
+    extra = {**run.get("set_notes", {}), **(extra or {})}
     known = predictor.domain is not None
     for i, (k, source, structure, unseen, _) in enumerate(good):
         p, n = float(run["pvalue"][i]), len(structure)
@@ -112,13 +123,15 @@ def _rows(good, run: dict, lower, upper, predictor: CrystalPredictor, alpha, bet
             "cell of {} atoms, training cells have {}-{}".format(n, *predictor.domain.train_sizes))
         rules = "; ".join(x for x in (size, vacuum_note(structure)) if x)  # outside what any bulk model saw
         in_domain = False if unseen or rules else (p > beta if known else None)
-        note = "; ".join(x for x in (domain_note(unseen, p, beta, rules), (extra or {}).get(i, "")) if x)
+        unbounded = UNBOUNDED if math.isinf(float(upper[i])) and i not in extra else ""
+        note = "; ".join(x for x in (domain_note(unseen, p, beta, rules), extra.get(i, ""), unbounded) if x)
         rows[k] = {"source": source, "formula": structure.composition.reduced_formula, "n_atoms": len(structure),
                    target: float(run["mean"][i]), f"{target}_lower": float(lower[i]),
                    f"{target}_upper": float(upper[i]), "alpha": alpha, "domain_pvalue": p,
                    "in_domain": in_domain, "note": note, "error": ""}
         if "p_zero" in run:
             rows[k][zero_column(predictor.target)] = float(run["p_zero"][i])
+            rows[k][zero_set_column(predictor.target)] = bool(run["zero_in_set"][i]) if "zero_in_set" in run else ""
     return rows
 
 
@@ -128,9 +141,13 @@ def _plain_interval(good, run: dict, predictor: CrystalPredictor, alpha):
         return nan, nan
     if isinstance(predictor.calibrator, HurdleConformal):
         groups = hurdle_members(predictor.calibrator, [structure for _, _, structure, _, _ in good])
-        interval = predictor.calibrator.predict_set(run["p_zero"], run["positive"], alpha, **groups)
+        sets = predictor.calibrator.predict_set(run["p_zero"], run["positive"], alpha, **groups)
         run["mean"] = predictor.calibrator.point(run["p_zero"], run["positive"], alpha, **groups)  # inside it
-        return interval.lower, interval.upper
+        run["zero_in_set"] = sets.zero
+        if hasattr(predictor.calibrator, "class_wide"):
+            wide = predictor.calibrator.class_wide(groups["members"], alpha)
+            run["set_notes"] = {i: CLASS_WIDE for i in torch.nonzero(wide).flatten().tolist()}
+        return sets.lower, sets.upper
     interval = predict_interval(predictor.calibrator, run["mean"], run["sigma"], alpha,
                                 [structure for _, _, structure, _, _ in good])  # groups if Mondrian
     return interval.lower, interval.upper

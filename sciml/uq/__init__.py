@@ -44,7 +44,7 @@ from .mondrian import MondrianConformal
 from .multigroup import MultiGroupConformal
 from .quantile import check_alpha, conformal_pvalues, conformal_quantile, conformal_rank, weighted_quantile
 from .scores import CQR, SCORES, AbsoluteResidual, IntervalScore, NormalizedResidual, Score, get_score
-from .sets import Box, Interval, LabelSet, PredictionSet
+from .sets import Box, Interval, LabelSet, PredictionSet, ZeroOrInterval
 from .split import CALIBRATORS, SplitConformal, calibrator_from_dict
 from .vector import VECTOR_SCORES, Mahalanobis, SupNorm, VectorScore, upper_triangle, vector_score_from_dict
 from .weighted import (
@@ -143,4 +143,5 @@ __all__ = [
     "winkler_score",
     "worst_group_coverage",
     "worst_slab_coverage",
+    "ZeroOrInterval",
 ]

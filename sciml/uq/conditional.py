@@ -17,6 +17,8 @@ own (they fall back on the intercept and the other groupings). A point in no cal
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 from torch import Tensor
@@ -26,12 +28,14 @@ from .multigroup import MultiGroupConformal, _check_members
 from .quantile import check_alpha
 from .split import CALIBRATORS
 
-__all__ = ["ConditionalConformal", "coefficients_from_dict", "design_matrix", "fit_threshold", "quantile_regression"]
+__all__ = ["ConditionalConformal", "augmented_threshold", "coefficients_from_dict", "design_matrix", "fit_threshold",
+           "quantile_regression"]
 
 MIN_MEMBERS = 100  # calibration points a group needs for its own indicator (d/n_g <= 1%)
 
 
-def quantile_regression(features: np.ndarray, scores: np.ndarray, tau: float) -> np.ndarray:
+def quantile_regression(features: np.ndarray, scores: np.ndarray, tau: float,
+                        extra: np.ndarray | None = None) -> np.ndarray | None:
     """Exact linear quantile regression ``argmin_θ Σ ρ_τ(s - Φθ)`` by linear programming.
 
     Parameters
@@ -42,24 +46,62 @@ def quantile_regression(features: np.ndarray, scores: np.ndarray, tau: float) ->
         Responses ``s``.
     tau : float
         Quantile level in ``(0, 1)``.
+    extra : np.ndarray, shape (d,), optional
+        Features ``φ*`` of one more point whose score is ``+inf``: the objective gains ``-τ φ*ᵀθ`` (its pinball
+        loss up to a constant), as in the augmented fit of :func:`augmented_threshold`.
 
     Returns
     -------
-    np.ndarray, shape (d,)
-        Coefficients ``θ``.
+    np.ndarray, shape (d,), or None
+        Coefficients ``θ``; ``None`` when the objective is unbounded (only possible with ``extra``: the added
+        point's threshold can grow without limit).
 
     """
     from scipy.optimize import linprog
     from scipy.sparse import csr_matrix, eye, hstack
 
     n, d = features.shape
-    cost = np.concatenate([np.zeros(d), np.full(n, tau), np.full(n, 1.0 - tau)])  # θ, u⁺, u⁻
+    push = np.zeros(d) if extra is None else -tau * np.asarray(extra, dtype=np.float64)
+    cost = np.concatenate([push, np.full(n, tau), np.full(n, 1.0 - tau)])  # θ, u⁺, u⁻
     a_eq = hstack([csr_matrix(features), eye(n), -eye(n)]).tocsr()
     bounds = [(None, None)] * d + [(0, None)] * (2 * n)
     res = linprog(cost, A_eq=a_eq, b_eq=scores, bounds=bounds, method="highs")
+    if res.status == 3 and extra is not None:
+        return None
     if not res.success:
         raise RuntimeError(f"quantile regression failed: {res.message}")
     return res.x[:d]
+
+
+def augmented_threshold(phi: Tensor, scores: Tensor, pattern: Tensor, alpha: float) -> float:
+    r"""Threshold of a new point with features ``pattern`` from the fit that includes it at score ``+inf``.
+
+    Gibbs, Cherian & Candès (2023) fit the quantile regression on the calibration scores *and* the test point
+    (``φ*``, ``S``) and cover ``S`` when ``S <= φ*ᵀθ̂_S``; this holds with probability ``>= 1 - α`` in every
+    group spanned by the indicators, in finite samples. ``φ*ᵀθ̂_S`` does not decrease in ``S``, so its limit
+    ``S → +inf`` is a threshold at least as large: conservative by at most one point's share of the group,
+    and exact in coverage unlike the split fit (which undercovers by ``O(d / n_g)``). One linear programme
+    per distinct ``pattern``.
+
+    Parameters
+    ----------
+    phi : Tensor, shape (n, d)
+        Calibration design matrix.
+    scores : Tensor, shape (n,)
+        Calibration scores.
+    pattern : Tensor, shape (d,)
+        Design row ``φ*`` of the new point.
+    alpha : float
+        Miscoverage.
+
+    Returns
+    -------
+    float
+        ``φ*ᵀθ̂_∞``; ``inf`` when the programme is unbounded (too few calibration points share the pattern).
+
+    """
+    theta = quantile_regression(phi.numpy(), scores.numpy(), 1.0 - alpha, extra=pattern.numpy())
+    return math.inf if theta is None else float(pattern.numpy() @ theta)
 
 
 def design_matrix(members: Tensor, used: Tensor) -> Tensor:

@@ -1,17 +1,19 @@
-r"""Conformal intervals for zero-inflated targets (band gaps: 0 for metals), covering zeros and positives separately.
+r"""Conformal sets for zero-inflated targets (band gaps: 0 for metals), covering zeros and positives separately.
 
 A hurdle model gives, per input, ``p₀`` (probability that ``y = 0``) and ``v >= 0`` (the value if ``y > 0``). The
-set is
+point 0 and the positive values are separate outcomes, and the set (:class:`~sciml.uq.sets.ZeroOrInterval`) is
 
-.. math::  C(x) = [0,\ v + q]\ \text{if}\ p₀ \ge t, \qquad C(x) = [\max(v - q, 0),\ v + q]\ \text{otherwise},
+.. math::  C(x) = \{0 : p₀ \ge t\} \ \cup\ \big([\ell(x),\ v + q] \cap (0, \infty)\big), \qquad
+           \ell(x) = 0\ \text{if}\ p₀ \ge t,\ \max(v - q, 0)\ \text{otherwise},
 
 never below 0. Two thresholds, each calibrated on its own class (label-conditional conformal, Vovk 2012;
-Sadinle, Lei & Wasserman 2019): ``t`` on the calibration zeros, so that ``0 ∈ C(x)`` for a fraction ``1 - α`` of
-them, and ``q`` on the calibration positives, so that ``y ∈ C(x)`` for a fraction ``1 - α`` of them. Because
-the two sets interact (a zero is also covered when ``v <= q``; a positive with ``p₀ >= t`` has lower bound 0),
-``t`` and ``q`` are found by alternating the two class-wise conformal quantiles until neither changes (a few
-rounds). Given the other threshold, each is the finite-sample conformal quantile of its class, so coverage among
-zeros and among positives is ``>= 1 - α`` up to the dependence of that threshold on the other class's data.
+Sadinle, Lei & Wasserman 2019): ``t`` on the calibration zeros, the conformal quantile of their scores ``-p₀``,
+so that 0 is in the set for a fraction ``>= 1 - α`` of them; then ``q`` on the calibration positives given ``t``
+(score ``|y - v|``, or ``max(y - v, 0)`` where ``p₀ >= t``), so that ``y`` is in the set for a fraction
+``>= 1 - α`` of them. Both are finite-sample guarantees: ``t`` uses the zeros alone, and ``q`` is the conformal
+quantile of positives exchangeable given ``t``. A zero is covered only through ``p₀ >= t``, never because the
+positive part reaches down to 0; a set that includes 0 for a small ``v`` would cover metals beyond ``1 - α``
+wherever metals are common.
 """
 
 from __future__ import annotations
@@ -24,12 +26,10 @@ from torch import Tensor, nn
 
 from ._checks import check_calibrator_dict, float_list
 from .quantile import check_alpha, conformal_quantile
-from .sets import Interval
+from .sets import ZeroOrInterval
 from .split import CALIBRATORS
 
-__all__ = ["HurdleConformal", "hurdle_interval"]
-
-MAX_ROUNDS = 20
+__all__ = ["HurdleConformal", "hurdle_set"]
 
 
 def _q_scores(p_zero: Tensor, value: Tensor, y: Tensor, t: Tensor) -> Tensor:
@@ -37,16 +37,12 @@ def _q_scores(p_zero: Tensor, value: Tensor, y: Tensor, t: Tensor) -> Tensor:
     return torch.where(p_zero >= t, (y - value).clamp_min(0.0), (y - value).abs())
 
 
-def _t_scores(p_zero: Tensor, value: Tensor, q: Tensor) -> Tensor:
-    """Nonconformity of each zero: ``-p₀``, or ``-inf`` when ``v <= q`` (covered whatever ``t``)."""
-    return torch.where(value <= q, torch.full_like(p_zero, -torch.inf), -p_zero)
-
-
-def hurdle_interval(p_zero: Tensor, value: Tensor, t: Tensor, q: Tensor) -> Interval:
+def hurdle_set(p_zero: Tensor, value: Tensor, t: Tensor, q: Tensor) -> ZeroOrInterval:
     """The set of the module docstring for ``p₀``, ``v`` ``(m,)`` and thresholds ``t``, ``q`` (0-dim or ``(m,)``)."""
     value = value.to(torch.float64)
-    lower = torch.where(p_zero.to(torch.float64) >= t, torch.zeros_like(value), (value - q).clamp_min(0.0))
-    return Interval(lower, value + q)
+    zero = p_zero.to(torch.float64) >= t
+    lower = torch.where(zero, torch.zeros_like(value), (value - q).clamp_min(0.0))
+    return ZeroOrInterval(zero, lower, value + q)
 
 
 class HurdleConformal(nn.Module):
@@ -81,43 +77,37 @@ class HurdleConformal(nn.Module):
         return self
 
     def thresholds(self, alpha: float | None = None) -> tuple[Tensor, Tensor]:
-        """``(t, q)``: the ``p₀`` above which 0 is in the set, and the half-width around ``v`` (0-dim each)."""
+        """``(t, q)``: the ``p₀`` from which 0 is in the set, and the half-width around ``v`` (0-dim each)."""
         if self.n_calib == 0:
             raise RuntimeError("HurdleConformal is not fitted; call fit first")
         alpha = check_alpha(self.alpha if alpha is None else alpha)
         zero = self.y <= 0
-        t = torch.tensor(0.5, dtype=torch.float64)
-        q = torch.tensor(torch.inf, dtype=torch.float64)
-        for _ in range(MAX_ROUNDS):
-            pos = ~zero
-            q_new = conformal_quantile(_q_scores(self.p_zero[pos], self.value[pos], self.y[pos], t), alpha) \
-                if pos.any() else torch.tensor(0.0, dtype=torch.float64)
-            t_new = -conformal_quantile(_t_scores(self.p_zero[zero], self.value[zero], q_new), alpha) \
-                if zero.any() else torch.tensor(torch.inf, dtype=torch.float64)
-            if torch.equal(q_new, q) and torch.equal(t_new, t):
-                break
-            t, q = t_new, q_new
+        pos = ~zero
+        t = -conformal_quantile(-self.p_zero[zero], alpha) if zero.any() else \
+            torch.tensor(torch.inf, dtype=torch.float64)
+        q = conformal_quantile(_q_scores(self.p_zero[pos], self.value[pos], self.y[pos], t), alpha) \
+            if pos.any() else torch.tensor(0.0, dtype=torch.float64)
         return t, q
 
     def predict_set(self, p_zero: Tensor, value: Tensor, alpha: float | None = None, members: None = None
-                    ) -> Interval:
-        """Interval for ``m`` inputs with ``p₀`` and ``v`` ``(m,)``; bounds are never below 0.
+                    ) -> ZeroOrInterval:
+        """Sets for ``m`` inputs with ``p₀`` and ``v`` ``(m,)``; bounds are never below 0.
 
         ``members`` is accepted for the interface of the grouped subclass and must be ``None`` here.
         """
         if members is not None:
             raise ValueError("HurdleConformal has no groups; members must be None")
-        return hurdle_interval(p_zero, value, *self.thresholds(alpha))
+        return hurdle_set(p_zero, value, *self.thresholds(alpha))
 
     def point(self, p_zero: Tensor, value: Tensor, alpha: float | None = None, members: None = None) -> Tensor:
         """Point prediction inside the set, ``(m,)``: 0 where ``p₀ >= 1/2`` and 0 is in the set, else ``v``.
 
         The mixture's median is 0 when ``p₀ >= 1/2``; where the calibrated set leaves 0 out (``1/2 <= p₀ < t``)
-        the value ``v`` is reported instead, so that a row never shows a prediction outside its own interval.
+        the value ``v`` is reported instead, so that a row never shows a prediction outside its own set.
         """
-        interval = self.predict_set(p_zero, value, alpha, members)
-        zero = (p_zero.to(torch.float64) >= 0.5) & (interval.lower <= 0)
-        return torch.where(zero, torch.zeros_like(interval.lower), value.to(torch.float64))
+        sets = self.predict_set(p_zero, value, alpha, members)
+        zero = (p_zero.to(torch.float64) >= 0.5) & sets.zero
+        return torch.where(zero, torch.zeros_like(sets.lower), value.to(torch.float64))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable ``{"method", "alpha", "p_zero", "value", "y"}``."""

@@ -1,8 +1,9 @@
 """Typed prediction sets. Every set answers ``contains(y)`` and ``size()``.
 
-:class:`Interval` (elementwise), :class:`LabelSet` (boolean label mask) and :class:`Box` (simultaneous
-per-dimension bounds) implement the same :class:`PredictionSet` protocol, so metrics and writers never branch
-on the set type. Later types (ball/ellipsoid) follow the same protocol.
+:class:`Interval` (elementwise), :class:`ZeroOrInterval` (a zero-inflated target: the point 0 and a positive
+interval), :class:`LabelSet` (boolean label mask) and :class:`Box` (simultaneous per-dimension bounds) implement
+the same :class:`PredictionSet` protocol, so metrics and writers never branch on the set type.
+Later types (ball/ellipsoid) follow the same protocol.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
-__all__ = ["Box", "Interval", "LabelSet", "PredictionSet"]
+__all__ = ["Box", "Interval", "LabelSet", "PredictionSet", "ZeroOrInterval"]
 
 
 @runtime_checkable
@@ -87,6 +88,51 @@ class Interval:
 
     def size(self) -> Tensor:
         """Width ``upper - lower`` elementwise; ``+inf`` where a side is unbounded."""
+        return self.upper - self.lower
+
+
+@dataclass(frozen=True)
+class ZeroOrInterval:
+    """Set of a zero-inflated target (band gaps): ``{0}`` where ``zero`` holds, and ``[lower, upper] ∩ (0, ∞)``.
+
+    The point 0 and the positive values are separate outcomes (a metal, a gap), so a set may leave 0 out while
+    its positive part starts at 0: ``(0, upper]`` says "not a metal, gap at most ``upper``". Where ``zero``
+    holds, ``lower`` is 0 and the set is the closed ``[0, upper]``.
+
+    Attributes
+    ----------
+    zero : torch.Tensor
+        Bool, shape ``(n,)``: 0 is in the set.
+    lower, upper : torch.Tensor
+        Bounds of the positive part, shape ``(n,)``, ``0 <= lower <= upper``, in the target's unit.
+
+    """
+
+    zero: Tensor
+    lower: Tensor
+    upper: Tensor
+
+    def __post_init__(self) -> None:
+        """Validate the bounds (as :class:`Interval`), their sign and the mask."""
+        Interval(self.lower, self.upper)
+        if not isinstance(self.zero, Tensor) or self.zero.dtype != torch.bool or self.zero.shape != self.lower.shape:
+            raise ValueError("zero must be a bool tensor of the bounds' shape")
+        if (self.lower < 0).any() or (self.zero & (self.lower > 0)).any():
+            raise ValueError("a zero-inflated set needs lower >= 0, and lower == 0 where it holds 0")
+
+    @property
+    def shape(self) -> torch.Size:
+        """Shape of the bounds."""
+        return self.lower.shape
+
+    def contains(self, y: Tensor) -> Tensor:
+        """``y == 0`` and ``zero``, or ``y > 0`` and ``lower <= y <= upper``; bool, the bounds' shape."""
+        if y.shape != self.lower.shape:
+            raise ValueError(f"y has shape {tuple(y.shape)}, the set has shape {tuple(self.lower.shape)}")
+        return torch.where(y > 0, (self.lower <= y) & (y <= self.upper), self.zero & (y == 0))
+
+    def size(self) -> Tensor:
+        """Width ``upper - lower`` of the positive part (the point 0 adds none)."""
         return self.upper - self.lower
 
 

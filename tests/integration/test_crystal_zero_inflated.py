@@ -52,5 +52,6 @@ def test_band_gap_model_is_never_negative_and_says_p_metal(tmp_path):
     assert (df["band_gap"] >= 0).all() and (df["band_gap_lower"] >= 0).all()
     assert (df["band_gap_lower"] <= df["band_gap"]).all() and (df["band_gap"] <= df["band_gap_upper"]).all()
     assert df["p_metal"].between(0, 1).all()
-    metal = (df["p_metal"] >= 0.5) & (df["band_gap_lower"] == 0)  # the median is 0 and the interval allows it
-    assert (df.loc[metal, "band_gap"] == 0).all()
+    assert df["metal_in_set"].dtype == bool and (df.loc[df["metal_in_set"], "band_gap_lower"] == 0).all()
+    metal = (df["p_metal"] >= 0.5) & df["metal_in_set"]  # the median is 0 and the set holds it
+    assert (df.loc[metal, "band_gap"] == 0).all() and (df.loc[~metal, "band_gap"] > 0).all()

@@ -70,7 +70,9 @@ def test_band_gap_model_is_zero_inflated():
     df = predict([ROOT / "examples" / "structures"], model="mp-band-gap").set_index("formula")
     assert (df["band_gap"] >= 0).all() and (df["band_gap_lower"] >= 0).all() and df["p_metal"].between(0, 1).all()
     assert df.loc["ZnCu", "p_metal"] > 0.5 and df.loc["NaCl", "p_metal"] < 0.5  # brass is a metal, salt is not
-    assert df.loc["ZnCu", "band_gap"] == 0 and df.loc["ZnCu", "band_gap_lower"] == 0
+    assert df.loc["ZnCu", "band_gap"] == 0 and df.loc["ZnCu", "band_gap_lower"] == 0 and df.loc["ZnCu", "metal_in_set"]
+    assert not df.loc["NaCl", "metal_in_set"] and np.isfinite(df["band_gap_upper"]).all()
+    assert "calibrated over all metals or all non-metals" in df.loc["Si", "note"]  # no elements group of its own
     assert df.loc["NaCl", "band_gap"] > 3.0 and 0.2 < df.loc["Si", "band_gap"] < 1.5  # DFT-GGA: 5.0 and 0.6 eV
 
 

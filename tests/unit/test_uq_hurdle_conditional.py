@@ -45,7 +45,7 @@ def test_hurdle_covers_zeros_and_positives_separately():
     p_zero, value, y = _zero_inflated(20000, gen)
     interval = cal.predict_set(p_zero, value)
     assert (interval.lower >= 0).all() and (interval.upper >= interval.lower).all()
-    covered = (interval.lower <= y) & (y <= interval.upper)
+    covered = interval.contains(y)
     for rows, cal_rows in ((y <= 0, cal.y <= 0), (y > 0, cal.y > 0)):
         assert abs(float(covered[rows].double().mean()) - (1 - ALPHA)) < _tol(int(cal_rows.sum()), int(rows.sum()))
 
@@ -55,8 +55,8 @@ def test_hurdle_point_lies_in_its_interval():
     cal = HurdleConformal(ALPHA).fit(*_zero_inflated(1000, gen))
     p_zero, value, _ = _zero_inflated(5000, gen)
     interval, point = cal.predict_set(p_zero, value), cal.point(p_zero, value)
-    assert ((interval.lower <= point) & (point <= interval.upper)).all()
-    assert torch.equal(point == 0, (p_zero >= 0.5) & (interval.lower == 0))
+    assert interval.contains(point).all()
+    assert torch.equal(point == 0, (p_zero >= 0.5) & interval.zero)
 
 
 def test_hurdle_roundtrip_and_bad_input():
@@ -121,13 +121,12 @@ def test_grouped_hurdle_covers_every_group_and_class():
     tp, tv, ty, tm = _grouped_zero_inflated(20000, gen)
     interval = grouped.predict_set(tp, tv, members=tm)
     assert (interval.lower >= 0).all() and (interval.upper >= interval.lower).all()
-    covered = (interval.lower <= ty) & (ty <= interval.upper)
-    plain_set = plain.predict_set(tp, tv)
-    plain_covered = (plain_set.lower <= ty) & (ty <= plain_set.upper)
+    covered = interval.contains(ty)
+    plain_covered = plain.predict_set(tp, tv).contains(ty)
     worst_plain = 0.0
     for g in range(members.shape[1]):
         rows, n_cal = tm[:, g], int(members[:, g].sum())
-        # each class is fitted with d <= 6 indicators: slack O(d / n_g) on top of the sampling tolerance
+        # each class is fitted with d <= 6 indicators: over-coverage at most d / n_g on top of the sampling tolerance
         assert abs(float(covered[rows].double().mean()) - (1 - ALPHA)) < _tol(n_cal, int(rows.sum())) + 6 / n_cal
         worst_plain = max(worst_plain, abs(float(plain_covered[rows].double().mean()) - (1 - ALPHA)))
     assert worst_plain > 0.05  # the groups differ: one half-width for all of them misses some
@@ -135,7 +134,7 @@ def test_grouped_hurdle_covers_every_group_and_class():
         n_cal = int(cal_rows.sum())
         assert abs(float(covered[rows].double().mean()) - (1 - ALPHA)) < _tol(n_cal, int(rows.sum())) + 6 / n_cal
     point = grouped.point(tp, tv, members=tm)
-    assert ((interval.lower <= point) & (point <= interval.upper)).all()
+    assert interval.contains(point).all()
     again = calibrator_from_dict(grouped.to_dict())
     assert torch.equal(again.predict_set(tp[:50], tv[:50], members=tm[:50]).upper, interval.upper[:50])
 
@@ -176,3 +175,87 @@ def test_loaded_conditional_calibrators_solve_no_linear_programme(monkeypatch):
     bad = dict(saved[1], coefficients={"0.1": [0.0]})
     with pytest.raises(ValueError, match="coefficients"):
         calibrator_from_dict(bad)
+
+
+def test_a_positive_part_reaching_zero_does_not_cover_zeros():
+    """Where gaps are small and metals common, ``[0, v + q]`` would hold 0 for nearly every metal; the set does not."""
+    gen = torch.Generator().manual_seed(7)
+
+    def draw(n):
+        p_zero = torch.rand(n, generator=gen, dtype=torch.float64)
+        value = 0.05 + 0.1 * torch.rand(n, generator=gen, dtype=torch.float64)  # gaps far below the half-width
+        zero = torch.rand(n, generator=gen, dtype=torch.float64) < 0.7
+        y = torch.where(zero, torch.zeros_like(value), value + torch.randn(n, generator=gen, dtype=torch.float64))
+        return p_zero, value, y.abs()
+
+    cal = HurdleConformal(ALPHA).fit(*draw(3000))
+    p_zero, value, y = draw(20000)
+    sets = cal.predict_set(p_zero, value)
+    zero = y <= 0
+    assert (sets.lower[zero] <= 0).float().mean() > 0.99  # the positive parts reach down to 0 ...
+    covered = float(sets.contains(y)[zero].double().mean())  # ... yet the zeros are covered at 1 - α, not ~1
+    assert abs(covered - (1 - ALPHA)) < _tol(int((cal.y <= 0).sum()), int(zero.sum()))
+
+
+def test_augmented_threshold_is_the_conformal_quantile_of_each_disjoint_group():
+    from sciml.uq.conditional import augmented_threshold
+    from sciml.uq.quantile import conformal_quantile
+
+    gen = torch.Generator().manual_seed(8)
+    for n in (5, 9, 10, 57, 400):  # n < 9 at α = 0.1: too few points, no bound
+        scores = torch.randn(n, generator=gen, dtype=torch.float64)
+        phi = torch.ones(n, 1, dtype=torch.float64)
+        assert augmented_threshold(phi, scores, torch.ones(1, dtype=torch.float64), ALPHA) == pytest.approx(
+            float(conformal_quantile(scores, ALPHA)), abs=1e-9)
+    group = torch.randint(0, 3, (600,), generator=gen)  # disjoint groups: Mondrian conformal, group by group
+    scores = torch.randn(600, generator=gen, dtype=torch.float64) * (1 + group)
+    phi = torch.nn.functional.one_hot(group, 3).double()
+    for g in range(3):
+        expected = float(conformal_quantile(scores[group == g], ALPHA))
+        assert augmented_threshold(phi, scores, torch.eye(3, dtype=torch.float64)[g], ALPHA) == pytest.approx(
+            expected, abs=1e-9)
+
+
+def test_a_rare_membership_pattern_gets_the_class_wide_threshold():
+    gen = torch.Generator().manual_seed(9)
+    p_zero, value, y, members = _grouped_zero_inflated(3000, gen)
+    # 3 calibration points with a = 2: too few for an indicator, and the intercept minus the indicators of a = 0 and
+    # a = 1 isolates them, so the augmented fit at a = 2 is unbounded: the class-wide threshold instead
+    rare = members[:, 2]
+    keep = ~rare | (torch.cumsum(rare.long(), 0) <= 3)
+    columns = [("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 1)]
+    cal = ConditionalHurdleConformal(ALPHA, ["a", "b"]).fit(p_zero[keep], value[keep], y[keep], members[keep],
+                                                            columns)
+    cells = torch.tensor([[True, False, False, True, False], [False, False, True, False, True]])
+    assert cal.class_wide(cells).tolist() == [False, True]
+    t, q = cal.point_thresholds(cells)
+    assert torch.isfinite(q).all()
+    plain_t, _ = HurdleConformal(ALPHA).fit(p_zero[keep], value[keep], y[keep]).thresholds()
+    assert float(t[1]) == pytest.approx(float(plain_t), abs=1e-9)  # the zeros' conformal quantile, all groups
+    again = calibrator_from_dict(cal.to_dict())
+    assert again.class_wide(cells).tolist() == [False, True]
+
+
+def test_zero_or_interval_keeps_zero_apart_from_the_positive_part():
+    from sciml.uq import ZeroOrInterval
+
+    sets = ZeroOrInterval(torch.tensor([True, False, False]), torch.tensor([0.0, 0.0, 0.5]),
+                          torch.tensor([1.0, 1.0, 1.0]))
+    assert sets.contains(torch.tensor([0.0, 0.0, 0.0])).tolist() == [True, False, False]
+    assert sets.contains(torch.tensor([0.3, 0.3, 0.3])).tolist() == [True, True, False]
+    assert sets.size().tolist() == [1.0, 1.0, 0.5]
+    with pytest.raises(ValueError, match="lower == 0"):
+        ZeroOrInterval(torch.tensor([True]), torch.tensor([0.5]), torch.tensor([1.0]))
+    with pytest.raises(ValueError, match="bool"):
+        ZeroOrInterval(torch.tensor([1.0]), torch.tensor([0.0]), torch.tensor([1.0]))
+
+
+def test_grouped_hurdle_without_indicators_is_the_plain_hurdle():
+    """Groups too small for an indicator leave the intercept: the augmented fit is then the conformal quantile."""
+    gen = torch.Generator().manual_seed(10)
+    p_zero, value, y = _zero_inflated(400, gen)
+    members = torch.rand(400, 2, generator=gen) < 0.1  # ~40 members each, below MIN_MEMBERS
+    grouped = ConditionalHurdleConformal(ALPHA).fit(p_zero, value, y, members)
+    plain = HurdleConformal(ALPHA).fit(p_zero, value, y)
+    for a, b in zip(grouped.thresholds(), plain.thresholds(), strict=True):
+        assert float(a) == pytest.approx(float(b), abs=1e-9)
