@@ -66,7 +66,7 @@ def quantile_regression(features: np.ndarray, scores: np.ndarray, tau: float,
     a_eq = hstack([csr_matrix(features), eye(n), -eye(n)]).tocsr()
     bounds = [(None, None)] * d + [(0, None)] * (2 * n)
     res = linprog(cost, A_eq=a_eq, b_eq=scores, bounds=bounds, method="highs")
-    if res.status == 3 and extra is not None:
+    if res.status in (2, 3) and extra is not None:  # the programme is always feasible: "infeasible or unbounded"
         return None
     if not res.success:
         raise RuntimeError(f"quantile regression failed: {res.message}")
