@@ -32,7 +32,7 @@ from crystal_perov5 import composition_features
 
 from sciml.crystal.calibration import CRYSTAL_SYSTEMS, graph_structures
 from sciml.crystal.export import roc_auc
-from sciml.uq import SplitConformal, coverage, coverage_miss_probability
+from sciml.uq import SplitConformal, bounded_width, coverage, coverage_miss_probability
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "crystal_mp.json"
@@ -239,11 +239,10 @@ def coverage_report(predictor, dm, run: dict, y: np.ndarray, zero_inflated: bool
     else:
         interval = predict_interval(predictor.calibrator, mean, torch.ones_like(mean), None, structures)
     covered = interval.contains(torch.as_tensor(y, dtype=interval.lower.dtype)).numpy()
-    width = interval.size()
-    bounded = torch.isfinite(width)
+    width, unbounded = bounded_width(interval)
     calib_labels = group_labels([s for b in dm.calib_dataloader() for s in graph_structures(b)])
     report = {"method": predictor.calibrator.method, "overall": float(covered.mean()),
-              "mean_width": float(width[bounded].mean()), "unbounded": float(1 - bounded.double().mean()),
+              "mean_width": width, "unbounded": unbounded,
               "groups": group_coverage(covered, labels, calib_labels)}
     if zero_inflated:
         report["metal"], report["nonmetal"] = float(covered[y <= 0].mean()), float(covered[y > 0].mean())

@@ -26,7 +26,7 @@ from sciml.crystal.domain import FILE as DOMAIN_FILE
 from sciml.crystal.domain import CrystalDomain, fit_domain
 from sciml.crystal.module import CrystalRegressor
 from sciml.crystal.task import datamodule
-from sciml.uq import coverage, mean_width
+from sciml.uq import bounded_width, coverage, mean_width
 from sciml.uq.groups import (
     build_calibrator,
     build_hurdle,
@@ -174,11 +174,10 @@ def calibrate_hurdle(module: CrystalRegressor, dm, alpha: float, calibration: di
     p_zero, value, y = collect_parts(module, dm.test_dataloader())
     groups = hurdle_members(cal, structures["test"])
     sets, mean = cal.predict_set(p_zero, value, alpha, **groups), cal.point(p_zero, value, alpha, **groups)
-    zero, covered, width = y <= 0, sets.contains(y), sets.size()
-    bounded = torch.isfinite(width)
+    zero, covered = y <= 0, sets.contains(y)
+    width, unbounded = bounded_width(sets)
     metrics = {"test_mae": float((mean - y).abs().mean()), "test_mae_positive": float((mean - y)[~zero].abs().mean()),
-               "test_coverage": float(covered.double().mean()), "test_width": float(width[bounded].mean()),
-               "test_unbounded": float(1 - bounded.double().mean()),
+               "test_coverage": float(covered.double().mean()), "test_width": width, "test_unbounded": unbounded,
                "alpha": alpha, "n_calib": cal.n_calib, "test_roc_auc_zero": roc_auc(p_zero, zero),
                "test_coverage_zero": float(covered[zero].double().mean()),
                "test_coverage_positive": float(covered[~zero].double().mean())}

@@ -30,6 +30,7 @@ from .ellipsoid import Ellipsoid
 from .hurdle import HurdleConformal
 from .hurdle_groups import ConditionalHurdleConformal
 from .metrics import (
+    bounded_width,
     coverage,
     coverage_miss_probability,
     group_coverage,
@@ -144,4 +145,5 @@ __all__ = [
     "worst_group_coverage",
     "worst_slab_coverage",
     "ZeroOrInterval",
+    "bounded_width",
 ]

@@ -15,6 +15,7 @@ from .quantile import check_alpha, conformal_rank
 from .sets import Interval, PredictionSet
 
 __all__ = [
+    "bounded_width",
     "coverage",
     "coverage_miss_probability",
     "group_coverage",
@@ -70,6 +71,19 @@ def set_size(pset: PredictionSet) -> Tensor:
 def mean_width(interval: PredictionSet) -> Tensor:
     """Mean width ``(1/m) Σ_i (u_i - l_i)`` of an interval; :func:`set_size` under its interval name."""
     return set_size(interval)
+
+
+def bounded_width(pset: PredictionSet) -> tuple[float, float]:
+    """``(mean size of the bounded sets, fraction of sets that are unbounded)``.
+
+    :func:`set_size` is ``+inf`` as soon as one set is unbounded; this separates the two numbers a report needs.
+    The mean is NaN when every set is unbounded.
+    """
+    size = pset.size()
+    if size.numel() == 0:
+        raise ValueError("mean size of an empty batch of sets is undefined")
+    bounded = torch.isfinite(size)
+    return float(size[bounded].mean()), float(1 - bounded.double().mean())
 
 
 def group_coverage(pset: PredictionSet, y: Tensor, groups: Tensor) -> tuple[Tensor, Tensor]:

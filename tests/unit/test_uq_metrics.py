@@ -79,3 +79,13 @@ def test_coverage_miss_probability_edges():
     assert coverage_miss_probability(10**6, 10**6, 0.1, 0.03) < 1e-6  # sd 3e-4 each: 0.03 is ~70 sd
     with pytest.raises(ValueError, match="n_calib"):
         coverage_miss_probability(0, 10, 0.1, 0.03)
+
+
+def test_bounded_width_separates_unbounded_sets():
+    from sciml.uq import Interval, bounded_width
+
+    sets = Interval(torch.tensor([0.0, 1.0, -torch.inf, 2.0]), torch.tensor([1.0, 4.0, 0.0, torch.inf]))
+    width, unbounded = bounded_width(sets)
+    assert width == pytest.approx(2.0) and unbounded == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="empty"):
+        bounded_width(Interval(torch.zeros(0), torch.zeros(0)))
