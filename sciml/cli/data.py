@@ -9,7 +9,8 @@ from __future__ import annotations
 import importlib
 
 #: sub-verb -> module implementing it
-KINDS: dict[str, str] = {"grn": "sciml.cli.data_grn", "hamiltonian": "sciml.cli.data_hamiltonian"}
+KINDS: dict[str, str] = {"grn": "sciml.cli.data_grn", "hamiltonian": "sciml.cli.data_hamiltonian",
+                         "qm9-release": "sciml.cli.data_qm9_release"}
 
 
 def add_parser(sub, name: str) -> None:

@@ -19,7 +19,7 @@ from sciml.core.io.atomic import atomic_write_text
 from sciml.hamiltonian.scf.h0 import import_pyscf
 
 __all__ = ["MoleculeJob", "SCFSettings", "check_settings", "compute_molecule_npz", "generate_molecules",
-           "run_molecule_scf", "run_pool", "scf_device", "scf_modules"]
+           "pyscf_molecule", "run_molecule_scf", "run_pool", "scf_device", "scf_modules"]
 
 
 #: DFT grid level of H0's "full" build, the level prediction uses; ``SCFSettings.grid_level`` is the SCF's alone
@@ -61,6 +61,14 @@ class MoleculeJob:
     positions: tuple[tuple[float, float, float], ...]
 
 
+def pyscf_molecule(numbers, positions, basis: str):
+    """The pyscf ``Mole`` of a molecule (atomic numbers, positions in Å), built the one way every engine path uses."""
+    from pyscf import gto
+
+    return gto.M(atom=[(int(z), tuple(p)) for z, p in zip(numbers, positions, strict=True)], basis=basis,
+                 unit="Angstrom", verbose=0)
+
+
 def run_molecule_scf(numbers, positions, settings: SCFSettings, dm0: np.ndarray | None = None) -> dict:
     """Restricted KS (or HF) SCF of one closed-shell molecule (positions in Å).
 
@@ -77,11 +85,10 @@ def run_molecule_scf(numbers, positions, settings: SCFSettings, dm0: np.ndarray 
 
     """
     import_pyscf()
-    from pyscf import gto, lib
+    from pyscf import lib
 
     lib.num_threads(settings.threads)
-    mol = gto.M(atom=[(int(z), tuple(p)) for z, p in zip(numbers, positions, strict=True)], basis=settings.basis,
-                unit="Angstrom", verbose=0)
+    mol = pyscf_molecule(numbers, positions, settings.basis)
     if mol.nelectron % 2:
         raise ValueError(f"molecule with {mol.nelectron} electrons is open-shell; only closed shells are supported")
     device = scf_device(settings.device)
