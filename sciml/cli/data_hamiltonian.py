@@ -61,6 +61,8 @@ def add_parser(sub, name: str) -> None:
                    "reference-settings Fock matrix of the cheap SCF's density (one exact build)")
     p.add_argument("--seed-model", default=None, help="--source qm9: start each SCF from the density of this "
                    "molecule model's predicted H (name or folder, same basis) instead of the minao guess")
+    p.add_argument("--skip-release", default=None, help="--source qm9: leave out the molecules this release "
+                   "folder (sciml data qm9-release, same settings) already holds, e.g. datasets/qm9/release")
     p.add_argument("--retry-failed", action="store_true", help="--source qm9: compute again the molecules a "
                    "previous run listed in failed.json")
     p.add_argument("--device", choices=["auto", "cpu", "gpu"], default="auto", help="molecules: run the SCF with "
@@ -98,8 +100,8 @@ def run(args, overrides: list[str]) -> int:
         return _run_qm9(args, settings)
     if args.indices or args.max_heavy_atoms is not None or args.shard != "0/1":
         raise ValueError("--indices, --max-heavy-atoms and --shard select QM9 molecules; use them with --source qm9")
-    if args.seed_model or args.retry_failed:
-        raise ValueError("--seed-model and --retry-failed apply to --source qm9")
+    if args.seed_model or args.retry_failed or args.skip_release:
+        raise ValueError("--seed-model, --skip-release and --retry-failed apply to --source qm9")
     jobs = _molecule_jobs(args)
     fmt = args.format or "npz"
     formats = ("npz", "deeph") if fmt == "both" else (fmt,)
@@ -127,6 +129,13 @@ def _run_qm9(args, settings) -> int:
     mine = shard_indices(selected, i, k)
     drawn = {"indices": args.indices} if indices else {"n": args.n, "seed": args.seed}
     selection = {**drawn, "max_heavy_atoms": args.max_heavy_atoms, "n_selected": len(selected), "shard": [i, k]}
+    if args.skip_release:
+        from sciml.hamiltonian.data.generate import settings_record
+        from sciml.hamiltonian.data.release import released_indices
+
+        released = released_indices(args.skip_release, settings_record(settings))
+        selection["in_release"] = sum(j in released for j in mine)
+        mine = [j for j in mine if j not in released]
     if args.seed_model:
         selection["seed_model"] = args.seed_model
     res = generate_qm9_shard(qm9_molecules(mine), settings, shard_folder(args.out, i, k), args.workers,

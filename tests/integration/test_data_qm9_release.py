@@ -119,3 +119,19 @@ def test_the_committed_release_is_intact_and_readable():
         n = len(m["h0_diagonal"])
         assert m["delta_h"].shape == (n, n) and np.allclose(m["delta_h"], m["delta_h"].T)
         assert np.isfinite(m["energy"]) and m["energy"] < 0 and m["scf_cycles"] > 0
+
+
+def test_a_shard_leaves_out_what_a_release_holds(shard, tmp_path, capsys):
+    rel = tmp_path / "release"
+    partial = tmp_path / "partial"
+    shutil.copytree(shard, partial)
+    (partial / "qm9_000002.npz").unlink()
+    release.pack([partial], rel)  # 1 and 3 released
+    out = tmp_path / "next"
+    assert main([*SHARD, "--indices", "1-3", "--skip-release", str(rel), "--out", str(out)]) == 0
+    assert "1 computed, 0 already done" in capsys.readouterr().err
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [m["index"] for m in manifest["molecules"]] == [2] and manifest["selection"]["in_release"] == 2
+    assert main([*SHARD, "--indices", "1-3", "--skip-release", str(rel), "--conv-tol", "1e-9",
+                 "--out", str(tmp_path / "other")]) == 2
+    assert "skip only a release made with the same settings" in capsys.readouterr().err

@@ -19,7 +19,7 @@ from sciml.core.io.atomic import atomic_write_text
 from sciml.hamiltonian.scf.h0 import import_pyscf
 
 __all__ = ["MoleculeJob", "SCFSettings", "check_settings", "compute_molecule_npz", "generate_molecules",
-           "pyscf_molecule", "run_molecule_scf", "run_pool", "scf_device", "scf_modules"]
+           "pyscf_molecule", "run_molecule_scf", "run_pool", "scf_device", "scf_modules", "settings_record"]
 
 
 #: DFT grid level of H0's "full" build, the level prediction uses; ``SCFSettings.grid_level`` is the SCF's alone
@@ -227,17 +227,27 @@ def compute_molecule_npz(path: str | Path, job: MoleculeJob, settings: SCFSettin
     return {**meta, "device": res.get("device", "cpu")}
 
 
+def settings_record(settings) -> dict:
+    """The level of theory of ``settings`` (a dataclass) as stored in ``<name>.settings.json``.
+
+    Threads and device are left out (where the SCF ran is recorded per molecule); the defaults ``density_fit``,
+    ``final_build`` off and ``h0`` full are left out too, so folders made before those fields existed resume.
+    """
+    mine = json.loads(json.dumps(asdict(settings)))
+    mine.pop("threads", None)
+    mine.pop("device", None)
+    for key in ("density_fit", "final_build"):
+        if not mine.get(key, True):
+            mine.pop(key)
+    if mine.get("h0") == "full":
+        mine.pop("h0")
+    return mine
+
+
 def check_settings(out: Path, name: str, settings) -> None:
     """Record ``settings`` (a dataclass) in ``<out>/<name>.settings.json``; refuse to resume with different ones."""
     path = Path(out) / f"{name}.settings.json"
-    mine = json.loads(json.dumps(asdict(settings)))
-    mine.pop("threads", None)
-    mine.pop("device", None)  # where the SCF ran, not the level of theory (recorded per molecule instead)
-    for key in ("density_fit", "final_build"):  # off by default: folders without the field resume
-        if not mine.get(key, True):
-            mine.pop(key)
-    if mine.get("h0") == "full":  # the default: folders without the field resume
-        mine.pop("h0")
+    mine = settings_record(settings)
     if path.is_file():
         theirs = json.loads(path.read_text())
         if theirs != mine:

@@ -26,7 +26,8 @@ import numpy as np
 from sciml.core.io.atomic import atomic_open, atomic_write_text
 from sciml.core.io.checksum import sha256_file
 
-__all__ = ["H0_TOLERANCE", "MANIFEST", "QUANTUM", "pack", "read_chunk", "unpack", "verify_release"]
+__all__ = ["H0_TOLERANCE", "MANIFEST", "QUANTUM", "pack", "read_chunk", "released_indices", "unpack",
+           "verify_release"]
 
 #: Hartree per stored integer of ΔH
 QUANTUM = 1e-6
@@ -148,6 +149,15 @@ def verify_release(release: str | Path) -> dict:
             raise ValueError(f"{path}: missing or its sha256 differs from {MANIFEST}; restore it "
                              f"(git checkout -- {path}) or pack the shards again into a new folder")
     return manifest
+
+
+def released_indices(release: str | Path, settings: dict) -> set[int]:
+    """QM9 indices ``release`` holds, checked intact and made with ``settings`` (a ``qm9.settings.json`` record)."""
+    manifest = verify_release(release)
+    if manifest["settings"] != settings:
+        raise ValueError(f"{release} was made with {manifest['settings']}, not {settings}; skip only a release "
+                         "made with the same settings")
+    return {i for c in manifest["chunks"] for i in c["indices"]}
 
 
 def read_chunk(path: str | Path) -> list[dict]:
