@@ -1,4 +1,9 @@
-"""Built-in geometries, seeded conformers, xyz reading and the molecular SCF wrapper."""
+"""Built-in geometries, seeded conformers, xyz reading, the molecular SCF wrapper and its worker pool."""
+
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -77,3 +82,35 @@ def test_broad_and_rotated_conformers_keep_the_default_stream():
     assert np.abs(rot - broad).max() > 0.1
     with pytest.raises(ValueError, match="sigma-max"):
         displaced_conformers(base, 2, 0.1, 3, sigma_max=0.05)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_killed_run_leaves_no_worker_behind(tmp_path):
+    """The parent of a two-worker pool is killed (SIGKILL): its workers end too, instead of computing on."""
+    script = ("import time; from sciml.hamiltonian.data.generate import run_pool; "
+              "run_pool(time.sleep, [120, 120], (), 2, False)")
+    run = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        deadline, workers = time.monotonic() + 60, []
+        while time.monotonic() < deadline and len(workers) < 2:  # spawned workers (and the resource tracker)
+            time.sleep(0.2)
+            out = subprocess.run(["pgrep", "-P", str(run.pid), "-f", "spawn_main"], capture_output=True, text=True)
+            workers = [int(p) for p in out.stdout.split()]
+        assert len(workers) == 2
+        time.sleep(1.0)  # the initializer has run by the time both workers sleep
+        run.kill()
+        run.wait()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and any(map(_running, workers)):
+            time.sleep(0.2)
+        assert not any(map(_running, workers))
+    finally:
+        run.kill()
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not exited (a zombie waiting to be reaped has exited)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False

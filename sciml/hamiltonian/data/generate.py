@@ -9,6 +9,8 @@ where it stopped; the parts are merged into ``<out>/<name>.npz`` at the end.
 from __future__ import annotations
 
 import json
+import os
+import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -22,6 +24,8 @@ __all__ = ["MoleculeJob", "SCFSettings", "check_settings", "compute_molecule_npz
            "pyscf_molecule", "run_molecule_scf", "run_pool", "scf_device", "scf_modules", "settings_record"]
 
 
+#: the most AO grid values (MB) a CPU SCF keeps between its builds (sciml.hamiltonian.scf.numint_cache)
+SCF_AO_CACHE_MB = 2000
 #: DFT grid level of H0's "full" build, the level prediction uses; ``SCFSettings.grid_level`` is the SCF's alone
 H0_GRID_LEVEL = 3
 #: DFT grid level of the reference settings (a lower ``SCFSettings.grid_level`` is a cheap setting)
@@ -92,8 +96,8 @@ def run_molecule_scf(numbers, positions, settings: SCFSettings, dm0: np.ndarray 
     if mol.nelectron % 2:
         raise ValueError(f"molecule with {mol.nelectron} electrons is open-shell; only closed shells are supported")
     device = scf_device(settings.device)
-    mf = _mean_field(mol, settings, device)
     start = time.perf_counter()
+    mf = _mean_field(mol, settings, device, iterative=True)
     mf.kernel(dm0=dm0)
     fock = _host(mf.get_fock())
     if settings.final_build and (settings.density_fit or settings.grid_level != REFERENCE_GRID_LEVEL):
@@ -109,17 +113,30 @@ def run_molecule_scf(numbers, positions, settings: SCFSettings, dm0: np.ndarray 
             "device": device}
 
 
-def _mean_field(mol, settings: SCFSettings, device: str):
-    """The pyscf (or gpu4pyscf) RKS/RHF object of ``settings``, not yet run."""
+def _mean_field(mol, settings: SCFSettings, device: str, iterative: bool = False):
+    """The pyscf (or gpu4pyscf) RKS/RHF object of ``settings``, not yet run.
+
+    ``iterative`` (an SCF of many builds, on the CPU): the XC integrator keeps the AO values on the grid after the
+    first build (:class:`~sciml.hamiltonian.scf.numint_cache.CachedNumInt`, up to :data:`SCF_AO_CACHE_MB`) and the
+    density-fitting factors are built before the first cycle, where pyscf would otherwise recompute the three-centre
+    integrals in every Coulomb build of a pure functional. Same converged H, about half the SCF time.
+    """
     dft, scf = scf_modules(device)
+    keep = iterative and device == "cpu"
     if settings.xc.lower() in ("hf", "rhf"):
         mf = scf.RHF(mol)
     else:
         mf = dft.RKS(mol)
         mf.xc = settings.xc
         mf.grids.level = settings.grid_level
+        if keep:
+            from sciml.hamiltonian.scf.numint_cache import CachedNumInt
+
+            mf._numint = CachedNumInt(SCF_AO_CACHE_MB)
     if settings.density_fit:
         mf = mf.density_fit()
+        if keep:
+            mf.with_df.build()
     mf.conv_tol, mf.max_cycle, mf.verbose = settings.conv_tol, settings.max_cycle, 0
     return mf
 
@@ -301,10 +318,29 @@ def run_pool(func, items: list, extra: tuple, workers: int, progress: bool, desc
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_die_with_parent,
+                                 initargs=(os.getpid(),)) as pool:
             for fut in as_completed([pool.submit(func, item, *extra) for item in items]):
                 out.append(fut.result())
                 bar.update()
         return out
     finally:
         bar.close()
+
+
+def _die_with_parent(parent: int) -> None:
+    """Worker initializer: end this worker when the run that started it ends (Linux ``PR_SET_PDEATHSIG``).
+
+    Without it a killed run leaves its workers computing, and writing into the output folder, after it is gone.
+    """
+    import ctypes
+    import signal
+
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the run ended before the signal was armed
+        os._exit(1)
