@@ -17,7 +17,9 @@ Three measurements, one run:
 1. ``random``: a seeded random split of the molecules into train / val / calib / test;
 2. ``size``: like QH9-stable-ood, the molecules with the most atoms (``--size-cut`` atoms or more, else the largest
    ``--size-test-fraction`` of the molecules, whole atom counts) are the test set; val, calib and train come from
-   the smaller molecules, with as many training molecules as the random split (fewer if the small ones run out);
+   the smaller molecules, with as many training molecules as the random split (fewer if the small ones run out).
+   With ``--size-data FOLDER`` (e.g. ``sciml data hamiltonian --molecule smiles-large``: 10–14 heavy atoms, QM9
+   stops at 9) the random split's model is tested on that folder's molecules instead;
 3. ``learning_curve``: the random split's test, val and calib molecules fixed, nested training sets of
    ``--train-sizes`` molecules (a size above the training pool becomes the pool; the largest point is the random
    split's model; every run trains ``--epochs`` epochs, so a smaller set takes fewer optimiser steps); per method
@@ -95,13 +97,20 @@ def snapshot(data: Path) -> list[Path]:
     return files
 
 
-def atom_counts(files: list[Path]) -> np.ndarray:
-    """Atoms per molecule file, shape (n_files,)."""
+def atom_counts(files: list[Path], heavy: bool = False) -> np.ndarray:
+    """Atoms (or heavy atoms: not hydrogen) per molecule file, shape (n_files,)."""
     counts = []
     for path in files:
         with np.load(path) as data:
-            counts.append(int(np.asarray(data["atomic_numbers"]).reshape(-1).size))
+            numbers = np.asarray(data["atomic_numbers"]).reshape(-1)
+        counts.append(int((numbers > 1).sum() if heavy else numbers.size))
     return np.asarray(counts, dtype=int)
+
+
+def atom_range(files: list[Path], heavy: bool = False) -> list[int]:
+    """[fewest, most] atoms (or heavy atoms) of the molecule files."""
+    counts = atom_counts(files, heavy)
+    return [int(counts.min()), int(counts.max())]
 
 
 def split_counts(n: int, args) -> tuple[int, int, int]:
@@ -294,9 +303,12 @@ def summarise(rows: list[dict], run: dict, split: Split) -> dict:
     return out
 
 
-def measure(name: str, split: Split, base: dict, args, per_molecule: bool = True) -> dict:
-    """Train, export and score one split; print one line."""
-    run = fit_and_export(name, split, base, args)
+def measure(name: str, split: Split, base: dict, args, per_molecule: bool = True, run: dict | None = None) -> dict:
+    """Score ``split``'s test molecules; print one line.
+
+    The model is ``run`` (one already trained on the split's training molecules), else trained and exported here.
+    """
+    run = run or fit_and_export(name, split, base, args)
     rows = score(read_test(split.test), predictors(run), args.alpha)
     out = summarise(rows, run, split)
     if per_molecule:
@@ -350,6 +362,14 @@ def _row(label: str, r: dict) -> str:
             f"{r['n_atoms_test'][1]} | {h} | {occ} | {gap} | {cover} |")
 
 
+def _size_label(size: dict) -> str:
+    """The size split's row label: its atom cut, or the heavy atoms of the molecules it was tested on."""
+    if "cut_atoms" in size:
+        return f"size (test ≥ {size['cut_atoms']} atoms)"
+    lo, hi = size["n_heavy_atoms_test"]
+    return f"size (`{Path(size['size_data']).name}`, {lo}–{hi} heavy atoms; trained ≤ {size['n_heavy_atoms_train'][1]})"
+
+
 def markdown(result: dict) -> str:
     """The three tables: random and size split, learning curve, power-law fits."""
     lines = [f"QM9 molecules: {result['n_molecules']} of `{result['data']}` (PBE/def2-SVP), seed {result['seed']}, "
@@ -357,8 +377,7 @@ def markdown(result: dict) -> str:
              "| split | molecules train / val / calib / test | test atoms | H MAE µHa: H0 / ridge / network | "
              "occupied MAE meV: H0 / ridge / network | gap error meV: H0 / ridge / network | coverage (90%) |",
              "|---|---|---|---|---|---|---|",
-             _row("random", result["random"]), _row(f"size (test ≥ {result['size']['cut_atoms']} atoms)",
-                                                      result["size"]), "",
+             _row("random", result["random"]), _row(_size_label(result["size"]), result["size"]), "",
              "| training molecules | H MAE µHa: H0 / ridge / network | occupied MAE meV: H0 / ridge / network |",
              "|---|---|---|"]
     for p in result["learning_curve"]["points"]:
@@ -396,6 +415,9 @@ def parse(argv=None) -> argparse.Namespace:
     ap.add_argument("--size-test-fraction", type=float, default=0.1,
                     help="size split: at most this share of the molecules, the largest, are its test set")
     ap.add_argument("--size-cut", type=int, default=None, help="size split: test molecules have >= this many atoms")
+    ap.add_argument("--size-data", default=None, help="size split: a folder of larger molecules (npz; e.g. "
+                    "sciml data hamiltonian --molecule smiles-large) that the random split's model is tested on, "
+                    "instead of cutting the largest molecules out of --data")
     ap.add_argument("--batch-size", type=int, default=None, help="molecules per batch (default: the config's)")
     ap.add_argument("--alpha", type=float, default=0.1, help="interval miscoverage (0.1: 90%% intervals)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (OMP_NUM_THREADS, when set, wins)")
@@ -437,12 +459,18 @@ def main(argv=None) -> int:
               "alpha": args.alpha, "threads": args.threads, "network_override": args.network,
               "metrics": "means over test molecules: H MAE over all matrix entries (µHa), occupied orbital-energy "
                          "MAE (meV), |HOMO-LUMO gap error| (meV); coverage of the occupied orbital energies"}
-    result["random"] = measure("random", rand, base, args)
-    cut = args.size_cut or size_cut(counts, args.size_test_fraction)
-    big = size_split(files, counts, cut, n_val, n_calib, len(rand.train), args.seed)
-    result["size"] = {"cut_atoms": int(cut), **measure("size", big, base, args)}
-    train_atoms = counts[[files.index(f) for f in big.train]]
-    result["size"]["n_atoms_train"] = [int(train_atoms.min()), int(train_atoms.max())]
+    rand_run = fit_and_export("random", rand, base, args)
+    result["random"] = measure("random", rand, base, args, run=rand_run)
+    if args.size_data:  # the random split's model on larger molecules from elsewhere: no training on them
+        big = rand._replace(test=snapshot(Path(args.size_data)))
+        result["size"] = {"size_data": str(args.size_data), **measure("size", big, base, args, run=rand_run)}
+    else:
+        cut = args.size_cut or size_cut(counts, args.size_test_fraction)
+        big = size_split(files, counts, cut, n_val, n_calib, len(rand.train), args.seed)
+        result["size"] = {"cut_atoms": int(cut), **measure("size", big, base, args)}
+    result["size"]["n_atoms_train"] = atom_range(big.train)
+    result["size"]["n_heavy_atoms_train"] = atom_range(big.train, heavy=True)
+    result["size"]["n_heavy_atoms_test"] = atom_range(big.test, heavy=True)
     result["learning_curve"] = learning_curve(rand, sizes, base, args, result["random"])
     result["learning_curve"]["note"] = ("power law error = a·N^(-b) fitted in log-log on the measured points; "
                                         "extrapolated_error is its prediction at extrapolated_n, not a measurement")

@@ -25,7 +25,8 @@ def add_parser(sub, name: str) -> None:
                      "uracil, any closed-shell H/C/N/O name of ASE's G2 (e.g. C6H6), or the lists g2-organic, "
                      "g2-train, g2-holdout, md17-holdout, s22-monomers (aromatic monomers of ASE's S22: 2-pyridone, "
                      "2-aminopyridine, adenine, pyrazine, indole, phenol), smiles-organic (60 more, embedded by "
-                     "rdkit: sciml.hamiltonian.data.smiles) (one npz per molecule)")
+                     "rdkit: sciml.hamiltonian.data.smiles), smiles-large (10-14 heavy atoms, H/C/N/O/F: a size "
+                     "test set) (one npz per molecule)")
     src.add_argument("--xyz", help="xyz file (Å); several frames = a trajectory, one frame = displace it")
     src.add_argument("--crystal", help="built-in crystal: Si, C (diamond)")
     src.add_argument("--source", choices=["qm9"],

@@ -90,3 +90,23 @@ def test_splits_and_power_law(tmp_path, load_benchmark):
     assert sorted(sum(split.parts().values(), [])) == sorted(files)
     fractions = bench.link_folder(tmp_path / "linked", split, seed=4)
     assert fractions == [0.5, 0.1, 0.2, 0.2] and len(list((tmp_path / "linked").glob("*.npz"))) == 10
+
+
+def test_size_data_tests_the_random_model_on_larger_molecules(folder, tmp_path, load_benchmark):
+    bench = load_benchmark("hamiltonian_qm9")
+    large = tmp_path / "large"
+    assert sciml_main(["data", "hamiltonian", "--molecule", "C3H8,CH3COOH", "--n", "1", "--h0", "fast", "--out",
+                       str(large), "--basis", "sto-3g", "--xc", "pbe", "--conv-tol", "1e-9", "--no-progress"]) == 0
+    output = tmp_path / "out.json"
+    argv = ["--quick", "--data", str(folder), "--n-test", "3", "--train-sizes", "9", "--size-data", str(large),
+            "--work", str(tmp_path / "work"), "--output", str(output)]
+    assert bench.main(argv) == 0
+    result = json.loads(output.read_text())
+    rand, size = result["random"], result["size"]
+    assert size["size_data"] == str(large) and "cut_atoms" not in size
+    assert size["split_sizes"] == {**rand["split_sizes"], "test": 2}
+    assert size["train_seconds"] == rand["train_seconds"]  # the same model, not trained again
+    assert size["n_heavy_atoms_test"] == [3, 4] and size["n_heavy_atoms_train"][1] <= 3
+    assert {r["molecule"] for r in size["per_molecule"]} == {"C3H8", "CH3COOH"}
+    assert not (tmp_path / "work" / "size").exists()
+    assert "size (`large`, 3–4 heavy atoms; trained ≤ " in output.with_suffix(".md").read_text()

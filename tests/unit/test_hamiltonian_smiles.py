@@ -71,3 +71,25 @@ def test_geometries_are_closed_shell_sane_and_reproducible():
 def test_unknown_name_lists_the_smiles_molecules():
     with pytest.raises(ValueError, match="SMILES molecules"):
         resolve_molecules("not-a-molecule")
+
+
+def test_the_large_set_is_larger_than_qm9_and_apart_from_every_training_list():
+    pytest.importorskip("rdkit")
+    from sciml.hamiltonian.data.gen_molecules import S22_MONOMERS
+    from sciml.hamiltonian.data.smiles import SMILES_LARGE
+
+    large = {_canonical(s): n for n, s in SMILES_LARGE.items()}
+    assert len(large) == len(SMILES_LARGE), "two names for one molecule"
+    taken = {_canonical(s) for s in (*MD17_SMILES.values(), *SMILES_ORGANIC.values())}
+    taken |= set(_g2_canonical().values())
+    assert not taken & set(large)
+    assert not set(S22_MONOMERS) & set(SMILES_LARGE)
+    n_fluorinated = 0
+    for name in resolve_molecules("smiles-large"):
+        numbers, pos = builtin_molecule(name)
+        assert 10 <= int((numbers > 1).sum()) <= 14, name  # QM9 stops at 9 heavy atoms
+        assert set(numbers.tolist()) <= {1, 6, 7, 8, 9} and numbers.sum() % 2 == 0, name
+        d = np.linalg.norm(pos[:, None] - pos[None], axis=-1) + np.eye(len(pos)) * 9
+        assert d.min() > 0.9, name  # an embedded, minimised geometry
+        n_fluorinated += int((numbers == 9).any())
+    assert n_fluorinated >= 5

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sciml.hamiltonian.data.smiles import SMILES_ORGANIC, smiles_molecule
+from sciml.hamiltonian.data.smiles import SMILES_LARGE, SMILES_ORGANIC, smiles_molecule
 
 __all__ = ["G2_ORGANIC", "MD17", "S22_MONOMERS", "builtin_molecule", "conformer_sigmas", "displaced_conformers",
            "molecule_seed", "organic_split", "read_xyz_frames", "resolve_molecules"]
@@ -87,7 +87,7 @@ S22_MONOMERS = {"2-pyridone": ("2-pyridoxine_2-aminopyridine_complex", 0),
 #: MD17 molecules that a general model must never train on (its held-out test); water and ethanol may be trained on
 MD17_HOLDOUT = ("malondialdehyde", "uracil")
 #: molecule-list aliases of ``--molecule`` (see :func:`organic_split`)
-ALIASES = ("g2-organic", "g2-train", "g2-holdout", "md17-holdout", "s22-monomers", "smiles-organic")
+ALIASES = ("g2-organic", "g2-train", "g2-holdout", "md17-holdout", "s22-monomers", "smiles-organic", "smiles-large")
 
 
 def organic_split(seed: int = 0, n_holdout: int = 8) -> tuple[list[str], list[str]]:
@@ -106,7 +106,7 @@ def resolve_molecules(spec: str) -> list[str]:
     train, held = organic_split()
     table = {"g2-organic": list(G2_ORGANIC), "g2-train": train, "g2-holdout": held,
              "md17-holdout": list(MD17_HOLDOUT), "s22-monomers": list(S22_MONOMERS),
-             "smiles-organic": list(SMILES_ORGANIC)}
+             "smiles-organic": list(SMILES_ORGANIC), "smiles-large": list(SMILES_LARGE)}
     names = []
     for part in (p.strip() for p in spec.split(",") if p.strip()):
         names += table.get(part, [part])
@@ -116,7 +116,7 @@ def resolve_molecules(spec: str) -> list[str]:
 
 
 def _check_name(name: str) -> None:
-    if name not in MD17 and name not in G2_ORGANIC and name not in S22_MONOMERS and name not in SMILES_ORGANIC:
+    if not any(name in table for table in (MD17, G2_ORGANIC, S22_MONOMERS, SMILES_ORGANIC, SMILES_LARGE)):
         raise ValueError(f"unknown molecule {name!r}; built-in: {', '.join(MD17)}, the G2 names of "
                          f"{', '.join(G2_ORGANIC[:6])}, ... (G2_ORGANIC), the S22 monomers "
                          f"{', '.join(S22_MONOMERS)}, the SMILES molecules {', '.join(list(SMILES_ORGANIC)[:4])}, "
@@ -133,7 +133,7 @@ def molecule_seed(seed: int, name: str) -> int:
 def builtin_molecule(name: str) -> tuple[np.ndarray, np.ndarray]:
     """Atomic numbers (n,) and positions (n, 3) Å of a built-in molecule (MD17 set, G2 organic, S22 monomer, SMILES)."""
     _check_name(name)
-    if name in SMILES_ORGANIC:
+    if name in SMILES_ORGANIC or name in SMILES_LARGE:
         return smiles_molecule(name)
     if name in MD17:
         atoms = MD17[name]
