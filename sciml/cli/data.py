@@ -10,7 +10,7 @@ import importlib
 
 #: sub-verb -> module implementing it
 KINDS: dict[str, str] = {"grn": "sciml.cli.data_grn", "hamiltonian": "sciml.cli.data_hamiltonian",
-                         "qm9-release": "sciml.cli.data_qm9_release"}
+                         "release": "sciml.cli.data_release"}
 
 
 def add_parser(sub, name: str) -> None:

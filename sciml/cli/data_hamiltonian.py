@@ -63,7 +63,7 @@ def add_parser(sub, name: str) -> None:
     p.add_argument("--seed-model", default=None, help="--source qm9: start each SCF from the density of this "
                    "molecule model's predicted H (name or folder, same basis) instead of the minao guess")
     p.add_argument("--skip-release", default=None, help="--source qm9: leave out the molecules this release "
-                   "folder (sciml data qm9-release, same settings) already holds, e.g. datasets/qm9/release")
+                   "folder (sciml data release, same settings) already holds, e.g. datasets/qm9/release")
     p.add_argument("--retry-failed", action="store_true", help="--source qm9: compute again the molecules a "
                    "previous run listed in failed.json")
     p.add_argument("--device", choices=["auto", "cpu", "gpu"], default="auto", help="molecules: run the SCF with "

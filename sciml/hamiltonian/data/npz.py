@@ -153,8 +153,8 @@ def write_arrays(path: str | Path, numbers, positions: np.ndarray, mats: dict[st
 
     ``positions`` (n_conf, n_atoms, 3) Å; ``mats`` name -> (n_conf, n_ao, n_ao); ``meta`` with ``energy`` and
     ``scf_seconds`` (scalar or (n_conf,)), ``n_occupied``, ``basis``, ``xc``, optionally ``scf_cycles`` and
-    ``guess`` (the SCF's starting density: ``"minao"`` or ``"model"``). ``compress``: a zlib-compressed archive
-    (``np.savez_compressed``; lossless, read the same way).
+    ``guess`` (the SCF's starting density: ``"minao"`` or ``"model"``; scalar or (n_conf,)). ``compress``: a
+    zlib-compressed archive (``np.savez_compressed``; lossless, read the same way).
     """
     n_conf = len(positions)
     arrays = {"atomic_numbers": np.asarray(numbers, dtype=np.int64),
@@ -170,7 +170,7 @@ def write_arrays(path: str | Path, numbers, positions: np.ndarray, mats: dict[st
     if "scf_cycles" in meta:
         arrays["scf_cycles"] = np.broadcast_to(np.asarray(meta["scf_cycles"], dtype=np.int64), (n_conf,)).copy()
     if "guess" in meta:
-        arrays["scf_guess"] = np.broadcast_to(np.asarray(str(meta["guess"])), (n_conf,)).copy()
+        arrays["scf_guess"] = np.broadcast_to(np.asarray(meta["guess"], dtype=str), (n_conf,)).copy()
     if meta.get("h0", "full") != "full":
         arrays["h0_method"] = np.asarray(str(meta["h0"]))
     arrays["units"] = np.asarray(_UNITS)

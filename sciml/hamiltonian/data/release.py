@@ -1,17 +1,18 @@
-"""A compact, checksummed release of QM9 Hamiltonian shards, small enough to keep beside the code.
+"""A compact, checksummed release of Hamiltonian data folders, small enough to keep beside the code.
 
-Of each molecule a release keeps only what its SCF made: ``ΔH = H − H0`` on the upper triangle, rounded to
-:data:`QUANTUM` (1 µHa; every element within 0.5 µHa of the shard's float64 value) as int32, byte-shuffled and
-lzma-compressed with the rest of its chunk: about 21 kB for a nine-heavy-atom molecule, where the shard's npz
-(H, H0, S in float64) takes 600 kB. Everything else is rebuilt by :func:`unpack` in about a second per molecule:
-the geometry from qm9pack (by QM9 index), S analytically and ``H0 = F[ρ_SAD]`` the way the shard built it
-(:func:`sciml.hamiltonian.scf.h0.zeroth_step_matrices`). H0's diagonal is stored in float64, and unpack refuses a
-rebuild that differs from it by more than :data:`H0_TOLERANCE` (another pyscf, another geometry) before it writes
-``H = H0 + ΔH``.
+Of each conformer a release keeps only what its SCF made: ``ΔH = H − H0`` on the upper triangle, rounded to
+:data:`QUANTUM` (1 µHa; every element within 0.5 µHa of the folder's float64 value) as int32, byte-shuffled and
+lzma-compressed with the rest of its chunk: about 20 kB for a nine-heavy-atom molecule, where the npz (H, H0, S in
+float64) takes 600 kB. Everything else is rebuilt by :func:`unpack` in about a second per conformer: S analytically
+and ``H0 = F[ρ_SAD]`` the way the folder built it (:func:`sciml.hamiltonian.scf.h0.zeroth_step_matrices`), at the
+geometry of a QM9 molecule read from qm9pack by its index (kind ``qm9``: QM9 shards, no QM9 file copied) or stored
+in the chunk (kind ``molecules``: folders of ``sciml data hamiltonian --molecule``). H0's diagonal is stored in
+float64, and unpack refuses a rebuild that differs from it by more than :data:`H0_TOLERANCE` (another pyscf,
+another geometry) before it writes ``H = H0 + ΔH``.
 
-Layout of a release folder: ``chunk-00000.npz``, ... (immutable once written; each :func:`pack` call adds one with
-the molecules not yet released) and ``manifest.json``: level of theory (the shards'), quantum, pyscf version,
-per chunk its file, sha256 and QM9 indices, and ``data_sha256`` over the chunks.
+A release folder holds ``chunk-00000.npz``, ... (immutable once written; each :func:`pack` call adds one with the
+files not yet released) and ``manifest.json``: kind, level of theory (the folders'), quantum, pyscf version, per
+chunk its file, sha256 and the npz files it holds, and ``data_sha256`` over the chunks.
 """
 
 from __future__ import annotations
@@ -35,10 +36,12 @@ QUANTUM = 1e-6
 H0_TOLERANCE = 1e-8
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
+_QM9_SETTINGS = "qm9.settings.json"  # written by sciml.hamiltonian.data.generate.check_settings
+_PER_CONFORMER = ("n_ao", "energy", "scf_seconds", "scf_cycles", "scf_guess")
 
 
 def _quantise(delta: np.ndarray) -> bytes:
-    """Upper triangle of ``delta`` (n, n) Hartree -> little-endian int32 bytes, byte-shuffled (high bytes together)."""
+    """Upper triangle of ``delta`` (n, n) Hartree -> little-endian int32 bytes."""
     q = np.rint(delta[np.triu_indices(len(delta))] / QUANTUM)
     if np.abs(q).max(initial=0) >= 2**31:
         raise ValueError(f"|H - H0| reaches {np.abs(delta).max():.1f} Ha, beyond an int32 of {QUANTUM:g} Ha")
@@ -46,6 +49,7 @@ def _quantise(delta: np.ndarray) -> bytes:
 
 
 def _shuffle(raw: bytes) -> bytes:
+    """int32 bytes -> the first bytes of every number, then the second, ... (compresses far better)."""
     return np.frombuffer(raw, np.uint8).reshape(-1, 4).T.tobytes()
 
 
@@ -65,72 +69,92 @@ def _load_manifest(release: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def _shard_files(shard: Path, settings: dict | None) -> tuple[dict, dict[int, Path]]:
-    """Level of theory and ``{QM9 index: npz}`` of one shard folder, finished or still running.
+def _folder_files(folder: Path) -> tuple[str, dict, dict[str, Path]]:
+    """Kind, level of theory and ``{file name: path}`` of a generator's folder, finished or still running.
 
-    A running shard's npz files are complete (written atomically). A folder made with other settings than the
-    release is refused.
+    A QM9 shard's npz files are complete as soon as they exist (written atomically); a ``--molecule`` folder's
+    merged ``<name>.npz`` files are written when its run ends.
     """
-    path = shard / "qm9.settings.json"  # written by sciml.hamiltonian.data.generate.check_settings at the start
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist; is {shard} a folder made by sciml data hamiltonian "
-                                "--source qm9?")
-    level = json.loads(path.read_text())
-    if settings is not None and level != settings:
-        raise ValueError(f"{shard} was made with {level}, the release with {settings}; pack it into another "
-                         "release folder")
-    return level, {int(f.stem.removeprefix("qm9_")): f for f in sorted(shard.glob("qm9_*.npz"))}
+    if (folder / _QM9_SETTINGS).is_file():
+        return ("qm9", json.loads((folder / _QM9_SETTINGS).read_text()),
+                {f.name: f for f in sorted(folder.glob("qm9_*.npz"))})
+    levels = {r.read_text() for r in folder.glob("*.settings.json")}
+    if len(levels) != 1:
+        raise ValueError(f"{folder} holds {len(levels)} levels of theory (*.settings.json); pack a folder made by "
+                         "sciml data hamiltonian, one level of theory per folder")
+    return "molecules", json.loads(levels.pop()), {f.name: f for f in sorted(folder.glob("*.npz"))}
 
 
-def pack(shards: list[str | Path], release: str | Path) -> dict:
-    """Add the molecules of finished ``shards`` that ``release`` lacks, as one new chunk.
+def pack(folders: list[str | Path], release: str | Path) -> dict:
+    """Add the npz files of ``folders`` (QM9 shards, or ``--molecule`` folders) that ``release`` lacks, as one chunk.
 
-    Returns ``{"added", "chunk" (path or None), "n_molecules" (in the release)}``.
+    Returns ``{"added" (files), "chunk" (path or None), "n_files" (in the release)}``.
     """
     import pyscf
 
     release = Path(release)
-    manifest = _load_manifest(release) or {"format_version": FORMAT_VERSION, "source": "QM9 (qm9pack, MIT)",
-                                           "settings": None, "quantum_hartree": QUANTUM,
-                                           "pyscf": pyscf.__version__, "chunks": []}
-    have = {i for c in manifest["chunks"] for i in c["indices"]}
-    new = {}
-    for shard in map(Path, shards):
-        manifest["settings"], files = _shard_files(shard, manifest["settings"])
-        new |= {i: f for i, f in files.items() if i not in have}
-    have |= set(new)
+    manifest = _load_manifest(release) or {"format_version": FORMAT_VERSION, "kind": None, "settings": None,
+                                           "quantum_hartree": QUANTUM, "pyscf": pyscf.__version__, "chunks": []}
+    have = {f for c in manifest["chunks"] for f in c["files"]}
+    new: dict[str, Path] = {}
+    for folder in map(Path, folders):
+        if not folder.is_dir():
+            raise FileNotFoundError(f"{folder} is not a folder; give folders made by sciml data hamiltonian")
+        kind, level, files = _folder_files(folder)
+        for key, value in (("kind", kind), ("settings", level)):
+            if manifest[key] is not None and manifest[key] != value:
+                raise ValueError(f"{folder} holds {key} {value}, the release {manifest[key]}; pack it into another "
+                                 "release folder")
+            manifest[key] = value
+        new |= {name: path for name, path in files.items() if name not in have}
     if not new:
-        return {"added": 0, "chunk": None, "n_molecules": len(have)}
+        return {"added": 0, "chunk": None, "n_files": len(have)}
     chunk = release / f"chunk-{len(manifest['chunks']):05d}.npz"
     release.mkdir(parents=True, exist_ok=True)
     with atomic_open(chunk, "wb") as fh:
-        np.savez(fh, **_chunk_arrays(new))
-    manifest["chunks"].append({"file": chunk.name, "sha256": sha256_file(chunk), "indices": sorted(new)})
+        np.savez(fh, **_chunk_arrays(new, geometry=manifest["kind"] == "molecules"))
+    manifest["chunks"].append({"file": chunk.name, "sha256": sha256_file(chunk), "files": sorted(new)})
     _write_manifest(release, manifest)
-    return {"added": len(new), "chunk": str(chunk), "n_molecules": len(have)}
+    return {"added": len(new), "chunk": str(chunk), "n_files": len(have) + len(new)}
 
 
-def _chunk_arrays(files: dict[int, Path]) -> dict[str, np.ndarray]:
-    """The arrays of one chunk: per molecule its index, size, energy and SCF record; H0's diagonals; ΔH's blob."""
-    cols: dict[str, list] = {k: [] for k in ("index", "n_ao", "energy", "scf_seconds", "scf_cycles", "scf_guess")}
-    blobs, diags = [], []
-    for index in sorted(files):
-        with np.load(files[index], allow_pickle=False) as data:
-            h, h0 = data["hamiltonian"][0], data["hamiltonian_0"][0]
-            cols["energy"].append(float(data["energy_hartree"][0]))
-            cols["scf_seconds"].append(float(data["scf_seconds"][0]))
-            cols["scf_cycles"].append(int(data["scf_cycles"][0]) if "scf_cycles" in data else -1)
-            cols["scf_guess"].append(str(data["scf_guess"][0]) if "scf_guess" in data else "minao")
-        blobs.append(_quantise(h - h0))
-        diags.append(np.diag(h0))
-        cols["index"].append(index)
-        cols["n_ao"].append(len(h))
-    return {**{k: np.asarray(v) for k, v in cols.items()}, "h0_diagonal": np.concatenate(diags),
-            "delta_h": np.frombuffer(lzma.compress(_shuffle(b"".join(blobs)), preset=9), np.uint8)}
+def _chunk_arrays(files: dict[str, Path], geometry: bool) -> dict[str, np.ndarray]:
+    """The arrays of one chunk.
+
+    Per file its name and conformer count (and its atoms and positions, with ``geometry``); per conformer its AO
+    count and SCF record; H0's diagonals; the ΔH blob.
+    """
+    cols: dict[str, list] = {k: [] for k in ("file", "n_conf", "n_atoms", "numbers", "positions",
+                                             "h0_diagonal", *_PER_CONFORMER)}
+    blobs = []
+    for name in sorted(files):
+        with np.load(files[name], allow_pickle=False) as data:
+            h, h0 = data["hamiltonian"], data["hamiltonian_0"]
+            n_conf = len(h)
+            cols["file"].append(name)
+            cols["n_conf"].append(n_conf)
+            cols["n_atoms"].append(len(data["atomic_numbers"]))
+            cols["numbers"].append(data["atomic_numbers"])
+            cols["positions"].append(data["positions_angstrom"].reshape(-1, 3))
+            cols["energy"].append(data["energy_hartree"])
+            cols["scf_seconds"].append(data["scf_seconds"])
+            cols["scf_cycles"].append(data["scf_cycles"] if "scf_cycles" in data else np.full(n_conf, -1))
+            cols["scf_guess"].append(data["scf_guess"] if "scf_guess" in data else np.full(n_conf, "minao"))
+        for c in range(n_conf):
+            blobs.append(_quantise(h[c] - h0[c]))
+            cols["h0_diagonal"].append(np.diag(h0[c]))
+            cols["n_ao"].append([len(h0[c])])
+    out = {"files": np.asarray(cols["file"]), "n_conf": np.asarray(cols["n_conf"]),
+           **{k: np.concatenate(cols[k]) for k in ("h0_diagonal", *_PER_CONFORMER)},
+           "delta_h": np.frombuffer(lzma.compress(_shuffle(b"".join(blobs)), preset=9), np.uint8)}
+    if geometry:
+        out |= {"n_atoms": np.asarray(cols["n_atoms"]), "numbers": np.concatenate(cols["numbers"]),
+                "positions": np.concatenate(cols["positions"])}
+    return out
 
 
 def _write_manifest(release: Path, manifest: dict) -> None:
-    manifest["n_molecules"] = sum(len(c["indices"]) for c in manifest["chunks"])
+    manifest["n_files"] = sum(len(c["files"]) for c in manifest["chunks"])
     lines = "".join(f"{c['sha256']}  {c['file']}\n" for c in manifest["chunks"])
     manifest["data_sha256"] = hashlib.sha256(lines.encode()).hexdigest()
     atomic_write_text(release / MANIFEST, json.dumps(manifest, indent=1) + "\n")
@@ -141,84 +165,111 @@ def verify_release(release: str | Path) -> dict:
     release = Path(release)
     manifest = _load_manifest(release)
     if manifest is None:
-        raise FileNotFoundError(f"{release / MANIFEST} does not exist; is {release} a QM9 release folder "
-                                "(datasets/qm9/release)?")
+        raise FileNotFoundError(f"{release / MANIFEST} does not exist; is {release} a release folder (e.g. "
+                                "datasets/qm9/release)?")
     for c in manifest["chunks"]:
         path = release / c["file"]
         if not path.is_file() or sha256_file(path) != c["sha256"]:
             raise ValueError(f"{path}: missing or its sha256 differs from {MANIFEST}; restore it "
-                             f"(git checkout -- {path}) or pack the shards again into a new folder")
+                             f"(git checkout -- {path}) or pack the folders again into a new release")
     return manifest
+
+
+def _qm9_index(name: str) -> int:
+    return int(Path(name).stem.removeprefix("qm9_"))
 
 
 def released_indices(release: str | Path, settings: dict) -> set[int]:
     """QM9 indices ``release`` holds, checked intact and made with ``settings`` (a ``qm9.settings.json`` record)."""
     manifest = verify_release(release)
-    if manifest["settings"] != settings:
-        raise ValueError(f"{release} was made with {manifest['settings']}, not {settings}; skip only a release "
-                         "made with the same settings")
-    return {i for c in manifest["chunks"] for i in c["indices"]}
+    if manifest["kind"] != "qm9" or manifest["settings"] != settings:
+        raise ValueError(f"{release} holds {manifest['kind']} data made with {manifest['settings']}, not QM9 with "
+                         f"{settings}; skip only a QM9 release made with the same settings")
+    return {_qm9_index(f) for c in manifest["chunks"] for f in c["files"]}
 
 
 def read_chunk(path: str | Path) -> list[dict]:
-    """The molecules of one chunk: ``index``, ``delta_h`` (n_ao, n_ao) Hartree, ``h0_diagonal`` (n_ao,) and SCF meta."""
+    """The files of one chunk, in order.
+
+    Each: ``file``; per conformer (lists) ``delta_h`` (n_ao, n_ao) Hartree, ``h0_diagonal`` (n_ao,), ``energy``,
+    ``scf_seconds``, ``scf_cycles``, ``scf_guess``; and ``numbers`` (n_atoms,), ``positions`` (n_conf, n_atoms, 3) Å
+    where the chunk stores geometry.
+    """
     with np.load(path, allow_pickle=False) as data:
-        arrays = {k: data[k] for k in data.files}
-    ints = _unshuffle(lzma.decompress(arrays.pop("delta_h").tobytes()))
-    out, at, diag_at = [], 0, 0
-    for j, n in enumerate(arrays["n_ao"].tolist()):
-        size = n * (n + 1) // 2
-        out.append({"index": int(arrays["index"][j]), "delta_h": _symmetric(ints[at:at + size] * QUANTUM, n),
-                    "h0_diagonal": arrays["h0_diagonal"][diag_at:diag_at + n],
-                    "energy": float(arrays["energy"][j]), "scf_seconds": float(arrays["scf_seconds"][j]),
-                    "scf_cycles": int(arrays["scf_cycles"][j]), "scf_guess": str(arrays["scf_guess"][j])})
-        at, diag_at = at + size, diag_at + n
+        a = {k: data[k] for k in data.files}
+    ints = _unshuffle(lzma.decompress(a.pop("delta_h").tobytes()))
+    out, conf, at, diag_at, atom_at, row = [], 0, 0, 0, 0, 0
+    for j, name in enumerate(a["files"].tolist()):
+        n_conf = int(a["n_conf"][j])
+        entry = {"file": name, "delta_h": [], "h0_diagonal": []}
+        for c in range(conf, conf + n_conf):
+            n = int(a["n_ao"][c])
+            size = n * (n + 1) // 2
+            entry["delta_h"].append(_symmetric(ints[at:at + size] * QUANTUM, n))
+            entry["h0_diagonal"].append(a["h0_diagonal"][diag_at:diag_at + n])
+            at, diag_at = at + size, diag_at + n
+        for key in ("energy", "scf_seconds", "scf_cycles", "scf_guess"):
+            entry[key] = a[key][conf:conf + n_conf].tolist()
+        if "numbers" in a:
+            n_atoms = int(a["n_atoms"][j])
+            entry["numbers"] = a["numbers"][atom_at:atom_at + n_atoms]
+            entry["positions"] = a["positions"][row:row + n_conf * n_atoms].reshape(n_conf, n_atoms, 3)
+            atom_at, row = atom_at + n_atoms, row + n_conf * n_atoms
+        conf += n_conf
+        out.append(entry)
     return out
 
 
 def unpack(release: str | Path, out: str | Path, workers: int = 1, progress: bool = True) -> dict:
-    """Rebuild the release's molecules as shared-format npz files in ``out`` (skips files already there).
+    """Rebuild the release's files as shared-format npz files in ``out`` (skips files already there).
 
-    Returns ``{"written", "skipped", "folder"}``; the files are ``out/qm9_<index>.npz``, read like a shard's.
+    Returns ``{"written", "skipped", "folder"}``, counts of files (molecules).
     """
-    from sciml.hamiltonian.data.gen_qm9 import molecule_file
     from sciml.hamiltonian.data.generate import run_pool
-    from sciml.hamiltonian.data.qm9 import qm9_molecules
 
     manifest, out = verify_release(release), Path(out)
     out.mkdir(parents=True, exist_ok=True)
     todo, skipped = [], 0
     for c in manifest["chunks"]:
-        if all((out / molecule_file(i)).is_file() for i in c["indices"]):
-            skipped += len(c["indices"])
-            continue
-        packed = [m for m in read_chunk(Path(release) / c["file"]) if not (out / molecule_file(m["index"])).is_file()]
-        skipped += len(c["indices"]) - len(packed)
-        geometry = {m.index: m for m in qm9_molecules([p["index"] for p in packed])}
-        todo += [(geometry[p["index"]], p) for p in packed]
-    run_pool(_rebuild, todo, (manifest["settings"], str(out)), workers, progress, desc="QM9 unpack")
+        missing = [f for f in c["files"] if not (out / f).is_file()]
+        skipped += len(c["files"]) - len(missing)
+        if missing:
+            todo += _with_geometry([e for e in read_chunk(Path(release) / c["file"]) if e["file"] in missing])
+    run_pool(_rebuild, todo, (manifest["settings"], str(out)), workers, progress, desc="unpack")
     return {"written": len(todo), "skipped": skipped, "folder": str(out)}
 
 
-def _rebuild(item, settings: dict, out: str) -> None:
-    """H0 and S of one molecule, H = H0 + ΔH, written atomically (top-level, so worker processes can pickle it)."""
-    from sciml.hamiltonian.data.gen_qm9 import molecule_file
-    from sciml.hamiltonian.data.generate import H0_GRID_LEVEL, MoleculeJob, pyscf_molecule, write_molecule_npz
+def _with_geometry(entries: list[dict]) -> list[dict]:
+    """Entries with ``numbers`` and ``positions``: QM9 files get theirs from qm9pack by index."""
+    qm9_entries = [e for e in entries if "numbers" not in e]
+    if qm9_entries:
+        from sciml.hamiltonian.data.qm9 import qm9_molecules
+
+        for e, m in zip(qm9_entries, qm9_molecules([_qm9_index(e["file"]) for e in qm9_entries]), strict=True):
+            e["numbers"], e["positions"] = np.asarray(m.numbers), np.asarray(m.positions)[None]
+    return entries
+
+
+def _rebuild(entry: dict, settings: dict, out: str) -> None:
+    """S, H0 and H = H0 + ΔH of one file's conformers, written atomically (top-level: worker processes pickle it)."""
+    from sciml.hamiltonian.data.generate import H0_GRID_LEVEL, pyscf_molecule
+    from sciml.hamiltonian.data.npz import write_arrays
     from sciml.hamiltonian.scf.h0 import zeroth_step_matrices
 
-    mol_qm9, packed = item
     h0_method = settings.get("h0", "full")
-    mol = pyscf_molecule(mol_qm9.numbers, mol_qm9.positions, settings["basis"])
-    mats = zeroth_step_matrices(mol, settings["xc"], H0_GRID_LEVEL, h0_method)
-    gap = np.abs(np.diag(mats["H0"]) - packed["h0_diagonal"]).max()
-    if gap > H0_TOLERANCE:
-        raise ValueError(f"QM9 index {mol_qm9.index}: rebuilt H0 differs from the packed one by {gap:.2e} Ha on its "
-                         f"diagonal (more than {H0_TOLERANCE:g}); unpack with the pyscf version the release names, "
-                         "or regenerate the shard with sciml data hamiltonian --source qm9")
-    mats["H"] = mats["H0"] + packed["delta_h"]
-    job = MoleculeJob("qm9", mol_qm9.index, mol_qm9.numbers, mol_qm9.positions)
-    meta = {"energy": packed["energy"], "n_occupied": mol.nelectron // 2, "scf_seconds": packed["scf_seconds"],
-            "basis": settings["basis"], "xc": settings["xc"], "index": mol_qm9.index, "name": "qm9",
-            "h0": h0_method, "scf_cycles": packed["scf_cycles"], "guess": packed["scf_guess"]}
-    write_molecule_npz(Path(out) / molecule_file(mol_qm9.index), job, {"mats": mats, "ao_labels": mol.ao_labels()},
-                       meta, compact=True)
+    mats: dict[str, list] = {"H": [], "H0": [], "S": []}
+    for pos, delta, diag in zip(entry["positions"], entry["delta_h"], entry["h0_diagonal"], strict=True):
+        mol = pyscf_molecule(entry["numbers"], pos, settings["basis"])
+        built = zeroth_step_matrices(mol, settings["xc"], H0_GRID_LEVEL, h0_method)
+        gap = np.abs(np.diag(built["H0"]) - diag).max()
+        if gap > H0_TOLERANCE:
+            raise ValueError(f"{entry['file']}: rebuilt H0 differs from the packed one by {gap:.2e} Ha on its "
+                             f"diagonal (more than {H0_TOLERANCE:g}); unpack with the pyscf version the release "
+                             "names, or regenerate the data with sciml data hamiltonian")
+        for key, value in (("H", built["H0"] + delta), ("H0", built["H0"]), ("S", built["S"])):
+            mats[key].append(value)
+    meta = {"energy": entry["energy"], "scf_seconds": entry["scf_seconds"], "n_occupied": mol.nelectron // 2,
+            "basis": settings["basis"], "xc": settings["xc"], "h0": h0_method, "scf_cycles": entry["scf_cycles"],
+            "guess": entry["scf_guess"]}
+    write_arrays(Path(out) / entry["file"], entry["numbers"], entry["positions"],
+                 {k: np.stack(v) for k, v in mats.items()}, mol.ao_labels(), meta, compress=True)
