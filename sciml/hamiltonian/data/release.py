@@ -3,7 +3,7 @@
 Of each conformer a release keeps only what its SCF made: ``ΔH = H − H0`` on the upper triangle, rounded to
 :data:`QUANTUM` (1 µHa; every element within 0.5 µHa of the folder's float64 value) as int32, byte-shuffled and
 lzma-compressed with the rest of its chunk: about 20 kB for a nine-heavy-atom molecule, where the npz (H, H0, S in
-float64) takes 600 kB. Everything else is rebuilt by :func:`unpack` in about a second per conformer: S analytically
+float64) takes 600 kB. Everything else is rebuilt by :func:`unpack` in 1–3 s per conformer: S analytically
 and ``H0 = F[ρ_SAD]`` the way the folder built it (:func:`sciml.hamiltonian.scf.h0.zeroth_step_matrices`), at the
 geometry of a QM9 molecule read from qm9pack by its index (kind ``qm9``: QM9 shards, no QM9 file copied) or stored
 in the chunk (kind ``molecules``: folders of ``sciml data hamiltonian --molecule``). H0's diagonal is stored in
