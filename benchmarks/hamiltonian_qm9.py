@@ -37,7 +37,9 @@ Writes ``benchmarks/results/hamiltonian_qm9.json`` (split sizes, the command, ev
 
 Usage::
 
-    OMP_NUM_THREADS=1 python benchmarks/hamiltonian_qm9.py --data runs/data/qm9 --train-sizes 25 50 100 200
+    sciml data release unpack datasets/qm9/release --out runs/data/qm9-release --workers 2
+    OMP_NUM_THREADS=1 python benchmarks/hamiltonian_qm9.py --data runs/data/qm9-release \
+        --size-data runs/data/smiles-large --train-sizes 100 300 1000 3000
     OMP_NUM_THREADS=1 python benchmarks/hamiltonian_qm9.py --quick      # a smoke run: small network, 1 epoch
 """
 

@@ -21,7 +21,8 @@ from sciml.core.io.atomic import atomic_write_text
 from sciml.hamiltonian.scf.h0 import import_pyscf
 
 __all__ = ["MoleculeJob", "SCFSettings", "check_settings", "compute_molecule_npz", "generate_molecules",
-           "pyscf_molecule", "run_molecule_scf", "run_pool", "scf_device", "scf_modules", "settings_record"]
+           "mean_field", "pyscf_molecule", "run_molecule_scf", "run_pool", "scf_device", "scf_modules",
+           "settings_record"]
 
 
 #: the most AO grid values (MB) a CPU SCF keeps between its builds (sciml.hamiltonian.scf.numint_cache)
@@ -97,11 +98,11 @@ def run_molecule_scf(numbers, positions, settings: SCFSettings, dm0: np.ndarray 
         raise ValueError(f"molecule with {mol.nelectron} electrons is open-shell; only closed shells are supported")
     device = scf_device(settings.device)
     start = time.perf_counter()
-    mf = _mean_field(mol, settings, device, iterative=True)
+    mf = mean_field(mol, settings, device, iterative=True)
     mf.kernel(dm0=dm0)
     fock = _host(mf.get_fock())
     if settings.final_build and (settings.density_fit or settings.grid_level != REFERENCE_GRID_LEVEL):
-        exact = _mean_field(mol, replace(settings, density_fit=False, grid_level=REFERENCE_GRID_LEVEL), device)
+        exact = mean_field(mol, replace(settings, density_fit=False, grid_level=REFERENCE_GRID_LEVEL), device)
         fock = _host(exact.get_fock(dm=mf.make_rdm1()))
     seconds = time.perf_counter() - start
     from sciml.hamiltonian.scf.h0 import zeroth_step_matrices
@@ -113,13 +114,14 @@ def run_molecule_scf(numbers, positions, settings: SCFSettings, dm0: np.ndarray 
             "device": device}
 
 
-def _mean_field(mol, settings: SCFSettings, device: str, iterative: bool = False):
+def mean_field(mol, settings: SCFSettings, device: str, iterative: bool = False):
     """The pyscf (or gpu4pyscf) RKS/RHF object of ``settings``, not yet run.
 
     ``iterative`` (an SCF of many builds, on the CPU): the XC integrator keeps the AO values on the grid after the
     first build (:class:`~sciml.hamiltonian.scf.numint_cache.CachedNumInt`, up to :data:`SCF_AO_CACHE_MB`) and the
     density-fitting factors are built before the first cycle, where pyscf would otherwise recompute the three-centre
-    integrals in every Coulomb build of a pure functional. Same converged H, about half the SCF time.
+    integrals in every Coulomb build of a pure functional. The same converged H in about half the time
+    (``benchmarks/hamiltonian_engine_speed.py``).
     """
     dft, scf = scf_modules(device)
     keep = iterative and device == "cpu"
