@@ -88,7 +88,9 @@ def _folder_files(folder: Path) -> tuple[str, dict, dict[str, Path]]:
 def pack(folders: list[str | Path], release: str | Path) -> dict:
     """Add the npz files of ``folders`` (QM9 shards, or ``--molecule`` folders) that ``release`` lacks, as one chunk.
 
-    Returns ``{"added" (files), "chunk" (path or None), "n_files" (in the release)}``.
+    A file is identified by its name: one already released is not packed again (a molecule extended with more
+    conformers later goes into a new release). Returns ``{"added" (files), "chunk" (path or None), "n_files" (in
+    the release)}``.
     """
     import pyscf
 
@@ -106,7 +108,11 @@ def pack(folders: list[str | Path], release: str | Path) -> dict:
                 raise ValueError(f"{folder} holds {key} {value}, the release {manifest[key]}; pack it into another "
                                  "release folder")
             manifest[key] = value
-        new |= {name: path for name, path in files.items() if name not in have}
+        for name, path in files.items():
+            if name in new:
+                raise ValueError(f"{path} and {new[name]} share a file name; pack them into separate releases")
+            if name not in have:
+                new[name] = path
     if not new:
         return {"added": 0, "chunk": None, "n_files": len(have)}
     chunk = release / f"chunk-{len(manifest['chunks']):05d}.npz"
