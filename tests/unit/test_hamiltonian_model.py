@@ -185,3 +185,20 @@ def test_density_term_alone_trains_the_network():
     loss.backward()
     grads = [p.grad for p in module.net.parameters() if p.grad is not None]
     assert grads and max(float(g.abs().max()) for g in grads) > 0
+
+
+def test_split_linear_is_e3nns_linear():
+    """The convolution's read-out through one split equals e3nn's Linear, values and input gradients (float64)."""
+    from sciml.core.e3nn_o3 import o3
+    from sciml.hamiltonian.nn.layers import EdgeConvolution, split_linear
+
+    torch.manual_seed(0)
+    conv = EdgeConvolution(NET["hidden"], o3.Irreps.spherical_harmonics(2), NET["hidden"], 10).double()
+    x = torch.randn(5, conv.linear.irreps_in.dim, dtype=torch.float64, requires_grad=True)
+    ours, theirs = split_linear(conv.linear, x), conv.linear(x)
+    torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
+    probe = torch.randn_like(theirs)
+    grads = [torch.autograd.grad((y * probe).sum(), x)[0] for y in (ours, theirs)]
+    torch.testing.assert_close(*grads, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="biases"):
+        split_linear(o3.Linear("2x0e", "2x0e", biases=True), torch.zeros(1, 2))
