@@ -4,14 +4,17 @@
   (Weiler et al. 2018): scalars go through SiLU, each higher-l channel is multiplied by a sigmoid gate.
 - :class:`EdgeConvolution`: the NequIP/SE(3)-Transformer message ``m_ij = Σ_path w_path(r_ij) h_j ⊗ Y(r̂_ij)``
   (``uvu`` tensor product, weights from a radial MLP).
-- :func:`split_linear`: e3nn's ``Linear`` evaluated with one ``split`` of its input (same weights, same result), for
-  wide inputs where e3nn's one ``narrow`` per irrep makes the backward pass zero-fill the whole input per irrep.
+- :func:`split_linear`: e3nn's ``Linear`` evaluated with one ``split`` of its input (same weights, same result), as
+  every Linear of the network is: e3nn's one ``narrow`` per irrep makes the backward pass zero-fill the whole input
+  per irrep.
 - :class:`Attention`: invariant attention weights over the incoming edges of each atom,
   ``α_ij = σ(MLP([s_i, s_j, φ_ij]))`` (Equiformer-lite: scalar weights, equivariant values; sigmoid rather
   than softmax so that the number of neighbours still shows in the sum, as in Matformer's gated attention).
 """
 
 from __future__ import annotations
+
+from math import prod
 
 import torch
 from torch import nn
@@ -35,8 +38,6 @@ def split_linear(linear: o3.Linear, x: torch.Tensor) -> torch.Tensor:
     52 MB per training step, most of the step. The backward of one ``split`` is one concatenation. Same flat
     weight layout and path weights (the instructions of ``linear``), so a trained ``Linear`` is evaluated as is.
     """
-    from math import prod
-
     if any(ins.i_in == -1 for ins in linear.instructions):
         raise ValueError("split_linear: a Linear with biases is not supported; call it directly")
     n = x.shape[0]
@@ -66,7 +67,7 @@ class GatedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(n, irreps_in.dim)`` → ``(n, irreps_out.dim)``."""
-        return self.gate(self.linear(x))
+        return self.gate(split_linear(self.linear, x))
 
 
 class EdgeConvolution(nn.Module):
