@@ -22,7 +22,8 @@ Three measurements, one run:
    stops at 9) the random split's model is tested on that folder's molecules instead;
 3. ``learning_curve``: the random split's test, val and calib molecules fixed, nested training sets of
    ``--train-sizes`` molecules (a size above the training pool becomes the pool; the largest point is the random
-   split's model; every run trains ``--epochs`` epochs, so a smaller set takes fewer optimiser steps); per method
+   split's model; every run trains ``--epochs`` epochs, more where ``--min-steps`` asks, so a smaller set takes
+   fewer optimiser steps unless ``--min-steps`` is set); per method
    a power law ``error = a·N^(-b)`` fitted by least squares in log–log, with the error it predicts at 10× the
    largest size (an extrapolation, not a measurement).
 
@@ -33,7 +34,10 @@ symbolic links to its molecules, named so that the seeded molecule split of the 
 (:func:`sciml.core.splits.group_split`) puts each in its intended split (checked before training).
 
 Writes ``benchmarks/results/hamiltonian_qm9.json`` (split sizes, the command, every number) and
-``hamiltonian_qm9.md`` beside it (the tables, also printed). Runs, checkpoints and artifacts go under ``--work``.
+``hamiltonian_qm9.md`` beside it (the tables, also printed). Runs, checkpoints and artifacts go under ``--work``;
+the command is resumable: run again, it reuses the finished runs of the same molecules and settings and resumes an
+unfinished one from its ``last.ckpt`` (``--checkpoint-every`` steps), so a multi-hour CPU run survives a kill.
+``--extra-train FOLDER`` adds molecules (e.g. the organic training set) to every run's training set.
 
 Usage::
 
@@ -205,28 +209,77 @@ def run_config(base: dict, folder: Path, run_dir: Path, fractions: list[float], 
     cfg["trainer"] |= {"max_epochs": args.epochs, "enable_progress_bar": False, "enable_model_summary": False}
     if args.domain:
         cfg.setdefault("calibration", {})["domain"] = dict(args.domain)
+    if args.checkpoint_every:
+        cfg["checkpoint"] = {"every_n_train_steps": int(args.checkpoint_every)}
     return cfg
 
 
-def fit_and_export(name: str, split: Split, base: dict, args) -> dict:
-    """Train on ``split``, export with calibration; the artifact, the best checkpoint and the export's metrics."""
+def run_record(split: Split, base: dict, args) -> dict:
+    """What a run folder was made for: its molecule files per split and the training settings that shape it."""
+    parts = {name: [str(p.resolve()) for p in files] for name, files in split.parts().items()}
+    return {"split": parts, "config": base, "epochs": args.epochs, "min_steps": args.min_steps, "seed": args.seed,
+            "batch_size": args.batch_size, "network": args.network, "domain": args.domain, "alpha": args.alpha}
+
+
+def prepare_run(work: Path, split: Split, base: dict, args) -> bool:
+    """Make ``work`` the folder of ``split``'s run; True when it already holds that run (kept, to finish or reuse).
+
+    A folder made for other molecules or settings (``run.json``), or any folder with ``--fresh``, is replaced.
+    """
+    import json
     import shutil
 
+    from sciml.core.io.atomic import atomic_write_text
+
+    record = json.loads(json.dumps(run_record(split, base, args)))
+    state = work / "run.json"
+    if not args.fresh and state.is_file() and json.loads(state.read_text()) == record:
+        return True
+    if work.exists():
+        shutil.rmtree(work)
+    link_folder(work / "data", split, args.seed)
+    atomic_write_text(state, json.dumps(record, indent=1) + "\n")
+    return False
+
+
+def run_epochs(n_train: int, batch_size: int, args) -> int:
+    """``--epochs``, raised so that a small training set still takes ``--min-steps`` optimiser steps."""
+    per_epoch = math.ceil(n_train / batch_size)
+    return max(int(args.epochs), math.ceil(int(args.min_steps or 0) / per_epoch))
+
+
+def fit_and_export(name: str, split: Split, base: dict, args) -> dict:
+    """Train on ``split`` (plus ``--extra-train``), export with calibration; the artifact, checkpoint and metrics.
+
+    Resumable: a run folder of the same split and settings is reused, its training resumed from ``last.ckpt``
+    (written every ``--checkpoint-every`` steps) and a finished export (``done.json``) read back, not redone.
+    """
+    import json
+
     from sciml.core.export import export
+    from sciml.core.io.atomic import atomic_write_text
     from sciml.core.train import train
 
     work = Path(args.work) / name
-    if work.exists():
-        shutil.rmtree(work)
-    fractions = link_folder(work / "data", split, args.seed)
+    full = split._replace(train=split.train + args.extra_train)
+    kept = prepare_run(work, full, base, args)
+    done = work / "done.json"
+    if kept and done.is_file():
+        print(f"{name}: reusing the finished run in {work}", flush=True)
+        state = json.loads(done.read_text())
+        return {**state, "artifact": work / "model", "checkpoint": Path(state["checkpoint"])}
+    fractions = [len(v) / sum(full.sizes().values()) for v in full.parts().values()]
     cfg = run_config(base, work / "data", work / "run", fractions, args)
+    cfg["trainer"]["max_epochs"] = epochs = run_epochs(len(full.train), int(cfg["data"]["batch_size"]), args)
     start = time.perf_counter()
-    fit = train(cfg, test=False, fresh=True)
+    fit = train(cfg, test=False, fresh=not kept)
     seconds = time.perf_counter() - start
     metrics = export(fit["best_checkpoint"], work / "model", calibrate=True, alpha=args.alpha, config=cfg)
-    steps = math.ceil(len(split.train) / int(cfg["data"]["batch_size"])) * args.epochs
-    return {"artifact": work / "model", "checkpoint": Path(fit["best_checkpoint"]), "export": metrics,
-            "train_seconds": seconds, "optimizer_steps": steps}
+    state = {"checkpoint": str(fit["best_checkpoint"]), "export": metrics, "train_seconds": seconds,
+             "resumed": kept, "epochs": epochs, "extra_train": [str(f) for f in args.extra_train],
+             "optimizer_steps": math.ceil(len(full.train) / int(cfg["data"]["batch_size"])) * epochs}
+    atomic_write_text(done, json.dumps(state, indent=1, default=float) + "\n")
+    return {**state, "artifact": work / "model", "checkpoint": Path(state["checkpoint"])}
 
 
 def predictors(run: dict) -> dict:
@@ -292,7 +345,8 @@ def summarise(rows: list[dict], run: dict, split: Split) -> dict:
     """Means over the test molecules per method, the split sizes, and the export's network check."""
     check = run["export"].get("network_check", {})
     used = bool(check.get("network_used", True))
-    out = {"split_sizes": split.sizes(), "train_seconds": round(run["train_seconds"], 1),
+    out = {"split_sizes": split.sizes(), "extra_train_files": len(run.get("extra_train", [])),
+           "train_seconds": round(run["train_seconds"], 1), "resumed": run["resumed"], "epochs": run["epochs"],
            "optimizer_steps": run["optimizer_steps"]}
     for name in METHODS:
         out[name] = {key: float(np.mean([r[name][key] for r in rows])) for key in rows[0][name]}
@@ -333,7 +387,7 @@ def power_law(sizes: list[int], values: list[float]) -> dict:
 
 def curve_fits(points: list[dict]) -> dict:
     """Per method and metric, the :func:`power_law` fit of the learning curve."""
-    sizes = [p["n_train"] for p in points]
+    sizes = [p["n_train"] + p["extra_train_files"] for p in points]
     return {m: {key: power_law(sizes, [p[m][key] for p in points]) for key in ("h_mae_microhartree", "occ_mae_mev")}
             for m in METHODS}
 
@@ -360,7 +414,8 @@ def _row(label: str, r: dict) -> str:
     infinite = f", {ex['infinite_share']:.0%} infinite" if ex["infinite_share"] else ""
     cover = (f"{ex['coverage']:.3f}{infinite}" if ex["network_used"] else
              f"– (export kept the ridge alone: its coverage {ex['coverage']:.3f}{infinite})")
-    return (f"| {label} | {s['train']} / {s['val']} / {s['calib']} / {s['test']} | {r['n_atoms_test'][0]}–"
+    extra = f" + {r['extra_train_files']} extra" if r["extra_train_files"] else ""
+    return (f"| {label} | {s['train']}{extra} / {s['val']} / {s['calib']} / {s['test']} | {r['n_atoms_test'][0]}–"
             f"{r['n_atoms_test'][1]} | {h} | {occ} | {gap} | {cover} |")
 
 
@@ -375,7 +430,8 @@ def _size_label(size: dict) -> str:
 def markdown(result: dict) -> str:
     """The three tables: random and size split, learning curve, power-law fits."""
     lines = [f"QM9 molecules: {result['n_molecules']} of `{result['data']}` (PBE/def2-SVP), seed {result['seed']}, "
-             f"{result['epochs']} epochs, 90% intervals on the occupied orbital energies.", "",
+             f"{result['epochs']} epochs (at least {result.get('min_steps', 0)} optimiser steps per run), 90% "
+             "intervals on the occupied orbital energies.", "",
              "| split | molecules train / val / calib / test | test atoms | H MAE µHa: H0 / ridge / network | "
              "occupied MAE meV: H0 / ridge / network | gap error meV: H0 / ridge / network | coverage (90%) |",
              "|---|---|---|---|---|---|---|",
@@ -383,7 +439,8 @@ def markdown(result: dict) -> str:
              "| training molecules | H MAE µHa: H0 / ridge / network | occupied MAE meV: H0 / ridge / network |",
              "|---|---|---|"]
     for p in result["learning_curve"]["points"]:
-        lines.append(f"| {p['n_train']} | " + " / ".join(f"{p[m]['h_mae_microhartree']:,.0f}" for m in METHODS)
+        extra = f" + {p['extra_train_files']} extra" if p["extra_train_files"] else ""
+        lines.append(f"| {p['n_train']}{extra} | " + " / ".join(f"{p[m]['h_mae_microhartree']:,.0f}" for m in METHODS)
                      + " | " + " / ".join(f"{p[m]['occ_mae_mev']:,.0f}" for m in METHODS) + " |")
     fits = result["learning_curve"]["power_law"]
     n10 = fits["network"]["h_mae_microhartree"]["extrapolated_n"] or "10× the largest N"
@@ -420,10 +477,20 @@ def parse(argv=None) -> argparse.Namespace:
     ap.add_argument("--size-data", default=None, help="size split: a folder of larger molecules (npz; e.g. "
                     "sciml data hamiltonian --molecule smiles-large) that the random split's model is tested on, "
                     "instead of cutting the largest molecules out of --data")
+    ap.add_argument("--extra-train", default=None, help="a folder of npz molecules (e.g. the organic training set, "
+                    "several conformers each) added to the training set of every run; the learning curve's N counts "
+                    "them too")
+    ap.add_argument("--min-steps", type=int, default=0, help="every run takes at least this many optimiser steps "
+                    "(more epochs for a small training set, so the learning curve does not starve its small sets)")
+    ap.add_argument("--checkpoint-every", type=int, default=None, help="write last.ckpt every this many optimiser "
+                    "steps (default: every epoch); a killed run resumes from it when the command is run again")
+    ap.add_argument("--fresh", action="store_true", help="start every run over (default: reuse the run folders "
+                    "under --work made for the same molecules and settings, resuming unfinished training)")
     ap.add_argument("--batch-size", type=int, default=None, help="molecules per batch (default: the config's)")
     ap.add_argument("--alpha", type=float, default=0.1, help="interval miscoverage (0.1: 90%% intervals)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (OMP_NUM_THREADS, when set, wins)")
-    ap.add_argument("--work", default="runs/bench-hamiltonian-qm9", help="runs, checkpoints and artifacts (replaced)")
+    ap.add_argument("--work", default="runs/bench-hamiltonian-qm9", help="runs, checkpoints and artifacts (a run "
+                    "folder made for other molecules or settings is replaced)")
     ap.add_argument("--output", default=str(RESULTS), help="results JSON; the markdown tables go beside it (.md)")
     ap.add_argument("--quick", action="store_true", help="smoke run: small network, 1 epoch, a few molecules")
     args = ap.parse_args(argv)
@@ -434,6 +501,7 @@ def parse(argv=None) -> argparse.Namespace:
                 setattr(args, key, QUICK[key])
         args.network, args.domain = dict(QUICK["network"]), dict(QUICK["domain"])
     args.train_sizes = args.train_sizes or [25, 50, 100, 200]
+    args.extra_train = snapshot(Path(args.extra_train)) if args.extra_train else []
     return args
 
 
@@ -459,6 +527,8 @@ def main(argv=None) -> int:
     result = {"command": "python benchmarks/hamiltonian_qm9.py " + shlex.join(argv), "data": str(args.data),
               "n_molecules": len(files), "config": str(args.config), "seed": args.seed, "epochs": args.epochs,
               "alpha": args.alpha, "threads": args.threads, "network_override": args.network,
+              "extra_train": {"folder": args.extra_train and str(args.extra_train[0].parent),
+                              "files": len(args.extra_train)}, "min_steps": args.min_steps,
               "metrics": "means over test molecules: H MAE over all matrix entries (µHa), occupied orbital-energy "
                          "MAE (meV), |HOMO-LUMO gap error| (meV); coverage of the occupied orbital energies"}
     rand_run = fit_and_export("random", rand, base, args)

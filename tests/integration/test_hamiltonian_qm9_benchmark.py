@@ -24,6 +24,15 @@ def folder(tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def large(tmp_path_factory):
+    """Two molecules with more heavy atoms (3, 4) than any of ``folder``'s (at most 2)."""
+    out = tmp_path_factory.mktemp("qm9-bench") / "large"
+    assert sciml_main(["data", "hamiltonian", "--molecule", "C3H8,CH3COOH", "--n", "1", "--h0", "fast", "--out",
+                       str(out), "--basis", "sto-3g", "--xc", "pbe", "--conv-tol", "1e-9", "--no-progress"]) == 0
+    return out
+
+
 def finite_numbers(tree) -> list[float]:
     """Every number in a JSON tree (booleans and None left out)."""
     if isinstance(tree, dict):
@@ -92,11 +101,8 @@ def test_splits_and_power_law(tmp_path, load_benchmark):
     assert fractions == [0.5, 0.1, 0.2, 0.2] and len(list((tmp_path / "linked").glob("*.npz"))) == 10
 
 
-def test_size_data_tests_the_random_model_on_larger_molecules(folder, tmp_path, load_benchmark):
+def test_size_data_tests_the_random_model_on_larger_molecules(folder, large, tmp_path, load_benchmark):
     bench = load_benchmark("hamiltonian_qm9")
-    large = tmp_path / "large"
-    assert sciml_main(["data", "hamiltonian", "--molecule", "C3H8,CH3COOH", "--n", "1", "--h0", "fast", "--out",
-                       str(large), "--basis", "sto-3g", "--xc", "pbe", "--conv-tol", "1e-9", "--no-progress"]) == 0
     output = tmp_path / "out.json"
     argv = ["--quick", "--data", str(folder), "--n-test", "3", "--train-sizes", "9", "--size-data", str(large),
             "--work", str(tmp_path / "work"), "--output", str(output)]
@@ -110,3 +116,34 @@ def test_size_data_tests_the_random_model_on_larger_molecules(folder, tmp_path, 
     assert {r["molecule"] for r in size["per_molecule"]} == {"C3H8", "CH3COOH"}
     assert not (tmp_path / "work" / "size").exists()
     assert "size (`large`, 3–4 heavy atoms; trained ≤ " in output.with_suffix(".md").read_text()
+
+
+def test_extra_training_molecules_min_steps_and_resume(folder, large, tmp_path, load_benchmark, capsys):
+    bench = load_benchmark("hamiltonian_qm9")
+    output, work = tmp_path / "out.json", tmp_path / "work"
+    argv = ["--quick", "--data", str(folder), "--n-test", "3", "--train-sizes", "4", "--size-cut", "8",
+            "--extra-train", str(large), "--min-steps", "3", "--work", str(work), "--output", str(output)]
+    assert bench.main(argv) == 0
+    first = json.loads(output.read_text())
+    rand = first["random"]
+    assert rand["split_sizes"]["train"] == 4 and rand["extra_train_files"] == 2
+    split = json.loads((work / "random" / "run" / "split.json").read_text())
+    trained = {i.split(":")[0].split("-", 1)[1].removesuffix(".npz") for i in split["train"]}
+    assert {"C3H8", "CH3COOH"} <= trained and len(trained) == 6  # the extra molecules train every run
+    assert rand["epochs"] == 2 and rand["optimizer_steps"] == 4  # 6 molecules, batch 4: 2 steps per epoch, >= 3 steps
+    assert "| random | 4 + 2 extra / 2 / 3 / 3 |" in output.with_suffix(".md").read_text()
+
+    capsys.readouterr()
+    assert bench.main(argv) == 0  # run again: every finished run is reused, not trained again
+    assert capsys.readouterr().out.count("reusing the finished run") == 2  # random and size
+    again = json.loads(output.read_text())
+    assert again["random"] == rand and again["size"] == first["size"]
+
+    (work / "random" / "done.json").unlink()  # killed after training, before its export was recorded
+    assert bench.main(argv) == 0
+    resumed = json.loads(output.read_text())["random"]
+    assert resumed["resumed"] and resumed["epochs"] == 2
+    assert resumed["network"] == rand["network"] and resumed["ridge"] == rand["ridge"]  # the same trained model
+
+    assert bench.main([*argv[:-4], "--min-steps", "0", "--work", str(work), "--output", str(output)]) == 0
+    assert json.loads(output.read_text())["random"]["epochs"] == 1  # other settings: the run is made again
