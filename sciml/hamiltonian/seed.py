@@ -15,6 +15,10 @@ import numpy as np
 
 __all__ = ["ModelGuess"]
 
+#: DFT grid level of the H0 the model predicts from (that of prediction, :func:`~sciml.hamiltonian.scf.molecule.
+#: zeroth_step`)
+MODEL_GRID_LEVEL = 3
+
 
 class ModelGuess:
     """``guess(numbers, positions)`` -> starting density (pyscf order) from a molecule model's prediction, or None.
@@ -55,16 +59,24 @@ class ModelGuess:
             self._predictor = load_model(self.path)
         return self._predictor
 
-    def __call__(self, numbers, positions) -> np.ndarray | None:
-        """Starting density of one molecule (``numbers`` (n,), ``positions`` (n, 3) Å); None outside the model."""
+    def __call__(self, numbers, positions, zeroth: dict | None = None) -> np.ndarray | None:
+        """Starting density of one molecule (``numbers`` (n,), ``positions`` (n, 3) Å); None outside the model.
+
+        ``zeroth`` (optional): the molecule's ``{"H0", "S"}`` (pyscf order, Hartree) already built by the caller,
+        with how (``xc``, ``grid_level``, ``h0``); used when that is how the model builds H0, else H0 is built here.
+        """
         from sciml.hamiltonian.predict import molecule_structure, predict_structures
-        from sciml.hamiltonian.scf.molecule import zeroth_step
+        from sciml.hamiltonian.scf.molecule import ZerothStep, check_closed_shell, zeroth_step
         from sciml.hamiltonian.scf.refine import density_matrix
 
         p = self.predictor
         if set(int(z) for z in numbers) - set(p.layout.elements()):
             return None
-        step = zeroth_step(numbers, positions, p.basis, p.xc, p.layout, "seed", h0=p.h0)
+        recipe = (p.xc.lower(), MODEL_GRID_LEVEL, p.h0)
+        if zeroth is not None and (zeroth["xc"].lower(), zeroth["grid_level"], zeroth["h0"]) == recipe:
+            step = ZerothStep(zeroth["H0"], zeroth["S"], check_closed_shell(numbers, "seed"))
+        else:
+            step = zeroth_step(numbers, positions, p.basis, p.xc, p.layout, "seed", MODEL_GRID_LEVEL, h0=p.h0)
         structure = molecule_structure(numbers, np.asarray(positions, dtype=np.float64), step, p.layout, "seed")
         h = p.layout.to_pyscf(predict_structures([structure], p, alpha=None)[0].hamiltonian, numbers)
         return density_matrix(h, step.overlap, step.n_occupied)

@@ -34,3 +34,19 @@ def test_model_guess_pickles_by_path_and_skips_unseen_elements():
     assert again((9, 1), np.array([[0.0, 0.0, 0.0], [0.0, 0.0, 0.92]])) is None  # HF: fluorine is outside the model
     with pytest.raises(ValueError, match="trained in basis def2-svp, the SCF uses sto-3g"):
         ModelGuess("organic-pbe-def2svp", "sto-3g")
+
+
+def test_model_guess_uses_the_callers_h0_only_when_built_the_models_way():
+    pytest.importorskip("pyscf")
+    from sciml.hamiltonian.data.generate import SCFSettings, zeroth_step_record
+
+    guess = ModelGuess("organic-pbe-def2svp", "def2-svp")
+    numbers = (8, 1, 1)
+    water = np.array([[0.0, 0.0, 0.117], [0.0, 0.757, -0.467], [0.0, -0.757, -0.467]])
+    own = guess(numbers, water)
+    zeroth = zeroth_step_record(numbers, water, SCFSettings(h0=guess.predictor.h0))
+    np.testing.assert_allclose(guess(numbers, water, zeroth), own, atol=1e-10)  # the same H0: the same start
+    wrong = {**zeroth, "H0": np.zeros_like(zeroth["H0"])}
+    assert not np.allclose(guess(numbers, water, wrong), own, atol=1e-3)  # the given H0 is what the model read
+    other = "full" if guess.predictor.h0 == "fast" else "fast"
+    np.testing.assert_allclose(guess(numbers, water, {**wrong, "h0": other}), own, atol=1e-10)  # built another way

@@ -74,11 +74,27 @@ def pyscf_molecule(numbers, positions, basis: str):
                  unit="Angstrom", verbose=0)
 
 
-def run_molecule_scf(numbers, positions, settings: SCFSettings, dm0: np.ndarray | None = None) -> dict:
+def zeroth_step_record(numbers, positions, settings: SCFSettings) -> dict:
+    """``{"H0", "S"}`` (pyscf order, Hartree) as stored with the SCF, and how H0 was built.
+
+    ``xc``, ``grid_level`` and ``h0`` record the recipe: the reference grid whatever the SCF's, the way prediction
+    builds H0 (:mod:`sciml.hamiltonian.scf.molecule`).
+    """
+    import_pyscf()
+    from sciml.hamiltonian.scf.h0 import zeroth_step_matrices
+
+    mol = pyscf_molecule(numbers, positions, settings.basis)
+    return {**zeroth_step_matrices(mol, settings.xc, H0_GRID_LEVEL, settings.h0), "xc": settings.xc,
+            "grid_level": H0_GRID_LEVEL, "h0": settings.h0}
+
+
+def run_molecule_scf(numbers, positions, settings: SCFSettings, dm0: np.ndarray | None = None,
+                     zeroth: dict | None = None) -> dict:
     """Restricted KS (or HF) SCF of one closed-shell molecule (positions in Å).
 
     ``dm0`` (n_ao, n_ao), pyscf order: the SCF's starting density instead of pyscf's ``minao`` guess (e.g. from a
-    model's predicted H, :mod:`sciml.hamiltonian.seed`).
+    model's predicted H, :mod:`sciml.hamiltonian.seed`). ``zeroth``: :func:`zeroth_step_record` of this molecule
+    and settings when already built (else built here).
 
     Returns
     -------
@@ -105,10 +121,8 @@ def run_molecule_scf(numbers, positions, settings: SCFSettings, dm0: np.ndarray 
         exact = mean_field(mol, replace(settings, density_fit=False, grid_level=REFERENCE_GRID_LEVEL), device)
         fock = _host(exact.get_fock(dm=mf.make_rdm1()))
     seconds = time.perf_counter() - start
-    from sciml.hamiltonian.scf.h0 import zeroth_step_matrices
-
-    # H0 on the reference grid whatever the SCF's: prediction builds it there (sciml.hamiltonian.scf.molecule)
-    mats = {"H": fock, **zeroth_step_matrices(mol, settings.xc, H0_GRID_LEVEL, settings.h0)}
+    zeroth = zeroth or zeroth_step_record(numbers, positions, settings)
+    mats = {"H": fock, "H0": zeroth["H0"], "S": zeroth["S"]}
     return {"mats": mats, "ao_labels": mol.ao_labels(), "energy": float(mf.e_tot), "n_occupied": mol.nelectron // 2,
             "scf_seconds": seconds, "scf_cycles": int(getattr(mf, "cycles", -1)), "converged": bool(mf.converged),
             "device": device}
@@ -213,11 +227,14 @@ def run_job(job: MoleculeJob, settings: SCFSettings, out: str, formats: tuple[st
 def molecule_result(job: MoleculeJob, settings: SCFSettings, guess=None) -> tuple[dict, dict]:
     """SCF of one job (:func:`run_molecule_scf`) and the metadata stored with it; RuntimeError if unconverged.
 
-    ``guess`` (optional) maps ``(numbers, positions)`` to a starting density (pyscf order) or None (pyscf's
-    ``minao`` guess); ``meta["guess"]`` says which one the SCF started from.
+    ``guess`` (optional) maps ``(numbers, positions, zeroth)`` to a starting density (pyscf order) or None (pyscf's
+    ``minao`` guess), ``zeroth`` the molecule's :func:`zeroth_step_record`, built once for the guess and the stored
+    H0; ``meta["guess"]`` says which one the SCF started from.
     """
-    dm0 = guess(job.numbers, np.asarray(job.positions)) if guess is not None else None
-    res = run_molecule_scf(job.numbers, np.asarray(job.positions), settings, dm0=dm0)
+    positions = np.asarray(job.positions)
+    zeroth = zeroth_step_record(job.numbers, positions, settings) if guess is not None else None
+    dm0 = guess(job.numbers, positions, zeroth) if guess is not None else None
+    res = run_molecule_scf(job.numbers, positions, settings, dm0=dm0, zeroth=zeroth)
     if not res["converged"]:
         raise RuntimeError(f"{job.name} conformer {job.index}: SCF did not converge in {settings.max_cycle} cycles")
     meta = {"energy": res["energy"], "n_occupied": res["n_occupied"], "scf_seconds": res["scf_seconds"],
