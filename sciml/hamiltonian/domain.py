@@ -234,6 +234,27 @@ def structure_errors(module, batch) -> tuple[Tensor, Tensor, Tensor]:
     return h0_embedding(batch, module.node_basis, module.edge_basis), orbital_energies(h, batch), batch.y
 
 
+#: structures per network call when a whole split is scored (bounded memory for a split of any size)
+ERRORS_CHUNK = 16
+
+
+def split_errors(module, samples: list[dict], collate, chunk: int = ERRORS_CHUNK) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`structure_errors` of featurised structures ``samples``, ``chunk`` at a time (no gradients).
+
+    Returns the embeddings ``(G, d)`` and the predicted and reference orbital energies ``(Σ n_eig,)`` (Hartree),
+    concatenated in the order of ``samples``.
+    """
+    with torch.no_grad():
+        parts = [structure_errors(module, collate(samples[k:k + chunk])) for k in range(0, len(samples), chunk)]
+    return tuple(torch.cat(p) for p in zip(*parts, strict=True))
+
+
+def split_embedding(samples: list[dict], collate, node_basis, edge_basis, chunk: int = 256) -> Tensor:
+    """:func:`~sciml.hamiltonian.embed.h0_embedding` ``(G, d)`` of ``samples``, ``chunk`` structures at a time."""
+    return torch.cat([h0_embedding(collate(samples[k:k + chunk]), node_basis, edge_basis)
+                      for k in range(0, len(samples), chunk)])
+
+
 def train_groups(dm) -> list[str] | None:
     """Molecule of every train structure when ``dm`` is split by molecule (``split.by: molecule``), else ``None``."""
     if getattr(dm, "split_by", "conformer") != "molecule" or not hasattr(dm, "structures"):
@@ -286,7 +307,6 @@ def fit_domain(module, dm, *, k: int = 5, beta: float = 0.05, holdout: float = 0
         Fraction of ``extra`` used for calibration (domain test and intervals), in ``(0, 1]``; the rest is reference.
 
     """
-    train = dm.collate_fn(dm.datasets["train"])
     calib_samples, extra_ref = list(dm.datasets["calib"]), None
     if extra:
         if not 0 < extra_holdout <= 1:
@@ -295,15 +315,14 @@ def fit_domain(module, dm, *, k: int = 5, beta: float = 0.05, holdout: float = 0
         n_x = max(1, int(round(extra_holdout * len(extra))))
         calib_samples += [extra[i] for i in order[:n_x]]
         if n_x < len(extra):
-            extra_ref = h0_embedding(dm.collate_fn([extra[i] for i in order[n_x:]]), module.node_basis,
-                                     module.edge_basis)
-    calib = dm.collate_fn(calib_samples)
-    e_train = h0_embedding(train, module.node_basis, module.edge_basis)
+            extra_ref = split_embedding([extra[i] for i in order[n_x:]], dm.collate_fn, module.node_basis,
+                                        module.edge_basis)
+    e_train = split_embedding(dm.datasets["train"], dm.collate_fn, module.node_basis, module.edge_basis)
     n = len(e_train)
     groups = train_groups(dm)  # a by-molecule split: hold out whole molecules, so calibration sees new molecules
     perm = (group_order(groups, seed) if groups is not None
             else torch.randperm(n, generator=torch.Generator().manual_seed(seed)))
-    e_cal, eps, y = structure_errors(module, calib)
+    e_cal, eps, y = split_errors(module, calib_samples, dm.collate_fn)
     need = math.ceil(1 / beta - 1e-9) - 1  # smallest domain-calibration set with a p-value <= beta
     n_hold = min(max(int(round(holdout * n)), need - len(e_cal)), n - max(k, 2))
     if n_hold + len(e_cal) < need:
@@ -322,7 +341,8 @@ def fit_domain(module, dm, *, k: int = 5, beta: float = 0.05, holdout: float = 0
     dom = HamiltonianDomain(mean, scale, comp, score, float(sigma_power), proj(e_cal), torch.zeros(0, dtype=torch.long),
                             torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.float64), seed)
     sigma = dom.sigma(e_cal)
-    dom.shift_rows = torch.repeat_interleave(torch.arange(len(e_cal)), calib.n_eig)
-    dom.shift_groups = orbital_groups(calib.n_eig, calib.n_occ)
+    n_eig, n_occ = (torch.cat([sample[key] for sample in calib_samples]) for key in ("n_eig", "n_occ"))
+    dom.shift_rows = torch.repeat_interleave(torch.arange(len(e_cal)), n_eig)
+    dom.shift_groups = orbital_groups(n_eig, n_occ)
     dom.shift_scores = ((eps - y).abs() / sigma[dom.shift_rows]).double()
     return dom

@@ -22,7 +22,7 @@ from sciml.hamiltonian.domain import (
     fit_domain,
     orbital_groups,
     pool_deep_groups,
-    structure_errors,
+    split_errors,
 )
 from sciml.hamiltonian.evaluate import evaluate, summarise
 from sciml.hamiltonian.module import HamiltonianModule
@@ -54,10 +54,10 @@ def calibrate(module: HamiltonianModule, dm, alpha: float = 0.1, score: str = "n
     dom = fit_domain(module, dm, extra=extra, **settings)
     dom.shift_groups = pool_deep_groups(dom.shift_groups, math.ceil(1 / alpha - 1e-9) - 1)
     cal = MondrianConformal(score="normalized", alpha=alpha).fit(dom.shift_scores, dom.shift_groups)
-    test = dm.collate_fn(dm.datasets["test"])
-    emb, eps, y = structure_errors(module, test)
-    rows = torch.repeat_interleave(torch.arange(len(emb)), test.n_eig)
-    interval = cal.predict_set(eps, orbital_groups(test.n_eig, test.n_occ, cal.group_ids), dom.sigma(emb)[rows], alpha)
+    emb, eps, y = split_errors(module, dm.datasets["test"], dm.collate_fn)
+    n_eig, n_occ = (torch.cat([sample[key] for sample in dm.datasets["test"]]) for key in ("n_eig", "n_occ"))
+    rows = torch.repeat_interleave(torch.arange(len(emb)), n_eig)
+    interval = cal.predict_set(eps, orbital_groups(n_eig, n_occ, cal.group_ids), dom.sigma(emb)[rows], alpha)
     covered = ((y >= interval.lower) & (y <= interval.upper)).double()
     flagged = dom.pvalue(emb) <= dom.beta
     metrics = {"test_coverage": float(covered.mean()),

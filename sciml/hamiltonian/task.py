@@ -8,7 +8,7 @@ import torch
 
 from sciml.hamiltonian.data.datamodule import HamiltonianDataModule
 from sciml.hamiltonian.module import HamiltonianModule
-from sciml.hamiltonian.nn.normalize import IrrepsNormalizer
+from sciml.hamiltonian.nn.normalize import IrrepsMoments
 from sciml.hamiltonian.nn.ridge import TensorProductRidge
 
 
@@ -19,22 +19,40 @@ def datamodule(cfg: dict, run_dir: Path | None = None) -> HamiltonianDataModule:
     return dm
 
 
-def train_batch(dm: HamiltonianDataModule):
-    """All training structures as one batch (molecules or crystals)."""
-    if not dm.datasets["train"]:
+#: training structures per batch when the train split is summarised (ridge fit, normalisation statistics): bounded
+#: memory for a training set of any size
+SUMMARY_CHUNK = 32
+
+
+def train_batches(dm: HamiltonianDataModule, chunk: int = SUMMARY_CHUNK):
+    """The training structures (molecules or crystals) as consecutive batches of at most ``chunk``."""
+    train = dm.datasets["train"]
+    if not train:
         raise ValueError(f"data.path {dm.path}: the train split is empty ({dm.split_sizes()}); add structures or "
                          "change data.split.fractions")
-    return dm.collate_fn(dm.datasets["train"])
+    for k in range(0, len(train), chunk):
+        yield dm.collate_fn(train[k:k + chunk])
+
+
+def ridge_masks(dm: HamiltonianDataModule) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(node, edge)`` bool ``(n_types, dim)``: the output channels each item type has (the ridge fits those)."""
+    nb, eb = dm.node_basis, dm.edge_basis
+    return torch.stack([nb.mask(*p) for p in nb.pairs]), torch.stack([eb.mask(*p) for p in eb.pairs])
 
 
 def fit_ridge(dm: HamiltonianDataModule, settings: dict) -> TensorProductRidge:
-    """The closed-form tensor-product ridge model of ΔH fitted on every block of the train split (float64)."""
-    b = train_batch(dm)
+    """The closed-form tensor-product ridge model of ΔH fitted on every block of the train split (float64).
+
+    The normal equations are summed over chunks of :data:`SUMMARY_CHUNK` structures, so memory does not grow with
+    the training set.
+    """
     nb, eb = dm.node_basis, dm.edge_basis
     ridge = TensorProductRidge.from_settings(nb, eb, {k: v for k, v in settings.items() if k != "shapes"})
-    masks = (torch.stack([nb.mask(*p) for p in nb.pairs]), torch.stack([eb.mask(*p) for p in eb.pairs]))
-    ridge.fit(b.x_node, b.x_edge, b.vectors(), b.edge_index, b.node_type, b.edge_type, b.h_node - b.x_node,
-              b.h_edge - b.x_edge, masks, lam=float(settings.get("lam", 1e-6)))
+    masks, normal = ridge_masks(dm), {}
+    for b in train_batches(dm):
+        ridge.accumulate(normal, b.x_node, b.x_edge, b.vectors(), b.edge_index, b.node_type, b.edge_type,
+                         b.h_node - b.x_node, b.h_edge - b.x_edge, masks)
+    ridge.solve(normal, lam=float(settings.get("lam", 1e-6)))
     return ridge
 
 
@@ -42,21 +60,24 @@ def normalisation_stats(dm: HamiltonianDataModule, use_h0: bool, ridge: TensorPr
     """Per-type irreps statistics of the inputs (H0) and targets (ΔH, or H without H0) on the train split.
 
     Over the atoms and the network edges (``net_edge``). With a ridge base model the target statistics
-    describe the residual ``ΔH − ridge``. The one place the normalisers' statistics are computed.
+    describe the residual ``ΔH − ridge``. The one place the normalisers' statistics are computed; summed over
+    chunks of :data:`SUMMARY_CHUNK` structures (:class:`~sciml.hamiltonian.nn.normalize.IrrepsMoments`).
     """
-    b = train_batch(dm)
-    yn, ye = (b.h_node - b.x_node, b.h_edge - b.x_edge) if use_h0 else (b.h_node, b.h_edge)
-    if ridge is not None:
-        with torch.no_grad():
-            bn, be = ridge(b.x_node, b.x_edge, b.vectors(), b.edge_index, b.node_type, b.edge_type)
-        yn, ye = yn - bn, ye - be
-    sel = b.net_edge
-    nb, eb = dm.node_basis, dm.edge_basis
-    stat = IrrepsNormalizer.statistics
-    return {"x_node": stat(b.x_node, b.node_type, nb.irreps, len(nb.pairs)),
-            "x_edge": stat(b.x_edge[sel], b.edge_type[sel], eb.irreps, len(eb.pairs)),
-            "y_node": stat(yn, b.node_type, nb.irreps, len(nb.pairs)),
-            "y_edge": stat(ye[sel], b.edge_type[sel], eb.irreps, len(eb.pairs))}
+    bases = {"node": dm.node_basis, "edge": dm.edge_basis}
+    moments = {f"{v}_{kind}": IrrepsMoments(len(basis.pairs), basis.irreps.dim) for v in ("x", "y")
+               for kind, basis in bases.items()}
+    for b in train_batches(dm):
+        yn, ye = (b.h_node - b.x_node, b.h_edge - b.x_edge) if use_h0 else (b.h_node, b.h_edge)
+        if ridge is not None:
+            with torch.no_grad():
+                bn, be = ridge(b.x_node, b.x_edge, b.vectors(), b.edge_index, b.node_type, b.edge_type)
+            yn, ye = yn - bn, ye - be
+        sel = b.net_edge
+        moments["x_node"].add(b.x_node, b.node_type)
+        moments["x_edge"].add(b.x_edge[sel], b.edge_type[sel])
+        moments["y_node"].add(yn, b.node_type)
+        moments["y_edge"].add(ye[sel], b.edge_type[sel])
+    return {name: m.statistics(bases[name[2:]].irreps) for name, m in moments.items()}
 
 
 def build(cfg: dict, run_dir: Path | None = None) -> tuple[HamiltonianDataModule, HamiltonianModule]:

@@ -71,3 +71,22 @@ def test_without_the_floor_an_unseen_short_bond_explodes(data):
 def test_the_floor_keeps_the_prediction_at_the_size_of_the_training_corrections(data):
     pred, target = _ridge_output(*data, floor=1e-3)
     assert pred < 2 * target
+
+
+def test_the_fit_summed_over_chunks_is_the_fit_on_one_batch(data, monkeypatch):
+    import sciml.hamiltonian.task as task
+    from sciml.hamiltonian.nn.ridge import TensorProductRidge
+
+    train, _ = data
+    node_basis, edge_basis = bases(LAYOUT)
+    dm = SimpleNamespace(datasets={"train": train}, node_basis=node_basis, edge_basis=edge_basis, collate_fn=collate)
+    settings = {"lmax": 2, "lam": 1e-3, "centres": [0.9, 1.9], "width": 0.3, "scale_floor": 1e-3}
+    monkeypatch.setattr(task, "SUMMARY_CHUNK", 5)  # 12 waters: chunks of 5, 5 and 2
+    chunked = fit_ridge(dm, settings)
+    b = collate(train)
+    whole = TensorProductRidge.from_settings(node_basis, edge_basis, settings)
+    whole.fit(b.x_node, b.x_edge, b.vectors(), b.edge_index, b.node_type, b.edge_type, b.h_node - b.x_node,
+              b.h_edge - b.x_edge, task.ridge_masks(dm), lam=settings["lam"])
+    assert list(chunked.shapes) == list(whole.shapes) and chunked.shapes
+    for name, value in whole.state_dict().items():
+        torch.testing.assert_close(chunked.state_dict()[name], value, rtol=1e-5, atol=1e-7)  # float32 weights

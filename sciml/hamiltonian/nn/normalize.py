@@ -34,6 +34,39 @@ def irrep_instances(irreps: o3.Irreps) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.tensor(inst), torch.tensor(scalar)
 
 
+class IrrepsMoments:
+    """Per-type item counts, sums and sums of squares ``(n_types, dim)`` (float64), added chunk by chunk.
+
+    :meth:`statistics` gives the normaliser's ``(mean, std)`` of all the items added, so a training set far
+    larger than memory is summarised one batch at a time: ``Σ(x − μ)² = Σx² − n μ²`` per component.
+    """
+
+    def __init__(self, n_types: int, dim: int) -> None:
+        self.count = torch.zeros(n_types, dtype=torch.float64)
+        self.sum = torch.zeros(n_types, dim, dtype=torch.float64)
+        self.sumsq = torch.zeros(n_types, dim, dtype=torch.float64)
+
+    def add(self, x: torch.Tensor, types: torch.Tensor) -> IrrepsMoments:
+        """Add items ``x (n, dim)`` of types ``(n,)``; returns self."""
+        x, types = x.detach().double().cpu(), types.cpu()
+        self.count.index_add_(0, types, torch.ones(len(types), dtype=torch.float64))
+        self.sum.index_add_(0, types, x)
+        self.sumsq.index_add_(0, types, x * x)
+        return self
+
+    def statistics(self, irreps: o3.Irreps, floor: float = 1e-9) -> tuple[list, list]:
+        """``(mean, std)`` as nested lists: the mean on ``0e`` components, the RMS about it per irrep instance."""
+        inst, scalar = irrep_instances(irreps)
+        n_inst = int(inst.max()) + 1 if len(inst) else 0
+        n = self.count[:, None].clamp_min(1.0)
+        mean = torch.where(scalar, self.sum / n, torch.zeros(()))
+        ms = (self.sumsq / n - mean * (2 * self.sum / n - mean)).clamp_min(0.0)  # mean of (x − μ)² per component
+        per_inst = torch.zeros(len(n), n_inst, dtype=torch.float64).index_add_(1, inst, ms)
+        rms = (per_inst / torch.bincount(inst, minlength=n_inst)).sqrt()[:, inst]
+        alive = (rms > floor) & (self.count[:, None] > 0)  # a type absent from training stays dead
+        return mean.tolist(), torch.where(alive, rms, torch.zeros(())).tolist()
+
+
 class IrrepsNormalizer(nn.Module):
     """Buffers ``mean``, ``std`` of shape ``(n_types, dim)``; see the module docstring."""
 
@@ -55,20 +88,7 @@ class IrrepsNormalizer(nn.Module):
     def statistics(x: torch.Tensor, types: torch.Tensor, irreps: o3.Irreps, n_types: int,
                    floor: float = 1e-9) -> tuple[list, list]:
         """``(mean, std)`` as nested lists from items ``x (n, dim)`` with types ``(n,)``."""
-        inst, scalar = irrep_instances(irreps)
-        n_inst = int(inst.max()) + 1 if len(inst) else 0
-        mean = torch.zeros(n_types, x.shape[1], dtype=torch.float64)
-        std = torch.zeros(n_types, x.shape[1], dtype=torch.float64)  # a type absent from training stays dead
-        for t in range(n_types):
-            xt = x[types == t].double()
-            if len(xt) == 0:
-                continue
-            mean[t] = torch.where(scalar, xt.mean(0), torch.zeros(()))
-            ms = torch.zeros(n_inst, dtype=torch.float64).index_add_(0, inst, ((xt - mean[t]) ** 2).mean(0))
-            ms = ms / torch.bincount(inst, minlength=n_inst)
-            rms = ms.sqrt()
-            std[t] = torch.where(rms[inst] > floor, rms[inst], torch.zeros(()))
-        return mean.tolist(), std.tolist()
+        return IrrepsMoments(n_types, x.shape[1]).add(x, types).statistics(irreps, floor)
 
     def normalize(self, x: torch.Tensor, types: torch.Tensor) -> torch.Tensor:
         """``(x − μ_t) / σ_t`` in ``x``'s dtype (0 on dead channels, ``σ_t = 0``)."""

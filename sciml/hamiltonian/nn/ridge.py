@@ -121,6 +121,16 @@ class TensorProductRidge(nn.Module):
             parts.append(torch.ones(n, 1, 1, dtype=radial.dtype, device=radial.device))
         return torch.cat(parts, dim=-1)
 
+    @staticmethod
+    def _name(kind: str, t: int, key: tuple[int, int]) -> str:
+        """Weight name of item type ``t`` of ``kind`` (node or edge) and output irrep ``key`` = (L, p)."""
+        return f"{kind}_{t}_{key[0]}{'e' if key[1] == 1 else 'o'}"
+
+    def _names(self) -> list[str]:
+        """Every possible weight name, in the fixed order of the fit (kind, output irrep, type)."""
+        return [self._name(kind, t, key) for kind in ("node", "edge") for key, _, _ in self._out_keys(kind)
+                for t in range(self.n_types[kind])]
+
     def _out_keys(self, kind: str):
         irreps = self.node_irreps if kind == "node" else self.edge_irreps
         return [((ir.l, ir.p), mul, sl) for (mul, ir), sl in zip(irreps, irreps.slices(), strict=True)]
@@ -133,7 +143,7 @@ class TensorProductRidge(nn.Module):
             dim = (self.node_irreps if kind == "node" else self.edge_irreps).dim
             y = torch.zeros(len(types), dim, dtype=torch.float64, device=vec.device)
             for key, _, sl in self._out_keys(kind):
-                names = [(t, f"{kind}_{t}_{key[0]}{'e' if key[1] == 1 else 'o'}") for t in range(self.n_types[kind])]
+                names = [(t, self._name(kind, t, key)) for t in range(self.n_types[kind])]
                 names = [(t, n) for t, n in names if n in self.shapes]
                 if not names:
                     continue
@@ -154,9 +164,20 @@ class TensorProductRidge(nn.Module):
         """Solve the ridge problems on training items; return ``shapes`` for the constructor.
 
         ``masks`` are ``(node, edge)`` bool ``(n_types, dim)`` of the output channels to fit (alive ones).
+        One batch of items; :meth:`accumulate` over chunks, then :meth:`solve`, fits a training set of any size.
+        """
+        normal = self.accumulate({}, x_node, x_edge, vec, edge_index, node_type, edge_type, y_node, y_edge, masks)
+        return self.solve(normal, lam)
+
+    @torch.no_grad()
+    def accumulate(self, normal: dict, x_node, x_edge, vec, edge_index, node_type, edge_type, y_node, y_edge,
+                   masks) -> dict:
+        """Add one chunk of training items to the normal equations ``normal`` (updated and returned).
+
+        Per weight name: ``FᵀF`` ``(n_feat, n_feat)``, ``FᵀY`` ``(n_feat, mul)``, ``Σ F²`` ``(n_feat,)`` and the row
+        count, float64, summed over the ``2L+1`` components of every item of that type.
         """
         blocks, radial = self._blocks(x_node.double(), x_edge.double(), vec.double(), edge_index)
-        fitted = {}
         for kind, types, y, mask in (("node", node_type, y_node, masks[0]), ("edge", edge_type, y_edge, masks[1])):
             for key, mul, sl in self._out_keys(kind):
                 feats = self.features(kind, key, blocks, radial, edge_index, len(node_type))
@@ -166,13 +187,30 @@ class TensorProductRidge(nn.Module):
                         continue
                     a = feats[sel].reshape(-1, feats.shape[-1])
                     target = y[sel][:, sl].double().reshape(len(sel), mul, -1).transpose(1, 2).reshape(-1, mul)
-                    rms = a.pow(2).mean(0).sqrt()
-                    cols = (rms > 1e-12 * rms.max()).nonzero().flatten()
-                    rms = rms.clamp_min(self.scale_floor * rms.max())  # nearly dead columns keep their raw scale
-                    a = a[:, cols] / rms[cols]
-                    w = torch.linalg.solve(a.T @ a + lam * torch.eye(len(cols), dtype=a.dtype), a.T @ target)
-                    # stored in float32 (artifact size): relative 1e-7 of ΔH, far below the errors measured
-                    fitted[f"{kind}_{t}_{key[0]}{'e' if key[1] == 1 else 'o'}"] = (cols, rms[cols].float(), w.float())
+                    name = self._name(kind, t, key)
+                    terms = (a.T @ a, a.T @ target, a.pow(2).sum(0), torch.tensor(float(len(a)), dtype=a.dtype))
+                    old = normal.get(name)
+                    normal[name] = terms if old is None else tuple(u + v for u, v in zip(old, terms, strict=True))
+        return normal
+
+    @torch.no_grad()
+    def solve(self, normal: dict, lam: float = 1e-6) -> dict:
+        """Weights from the normal equations of :meth:`accumulate`; return ``shapes`` for the constructor.
+
+        Columns are scaled to unit RMS over the training rows (at least ``scale_floor`` of the largest, so nearly
+        dead columns keep their raw scale); dead columns (RMS ≤ 1e-12 of the largest) are dropped; then
+        ``(D⁻¹FᵀFD⁻¹ + λI) w = D⁻¹FᵀY``.
+        """
+        fitted = {}
+        for name in (n for n in self._names() if n in normal):
+            ata, aty, sumsq, rows = normal[name]
+            rms = (sumsq / rows).sqrt()
+            cols = (rms > 1e-12 * rms.max()).nonzero().flatten()
+            rms = rms.clamp_min(self.scale_floor * rms.max())[cols]
+            gram = ata[cols][:, cols] / (rms[:, None] * rms[None, :])
+            w = torch.linalg.solve(gram + lam * torch.eye(len(cols), dtype=gram.dtype), aty[cols] / rms[:, None])
+            # stored in float32 (artifact size): relative 1e-7 of ΔH, far below the errors measured
+            fitted[name] = (cols, rms.float(), w.float())
         self.shapes = {name: [len(c), int(w.shape[1])] for name, (c, _, w) in fitted.items()}
         for name, (cols, scale, w) in fitted.items():
             for suffix, value in (("cols", cols), ("scale", scale), ("w", w)):
