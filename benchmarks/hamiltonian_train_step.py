@@ -1,12 +1,20 @@
-"""One training step of the Hamiltonian model: the convolution's read-out by e3nn's Linear or by ``split_linear``.
+"""One training step of the Hamiltonian model: e3nn's product and Linear, ``split_linear``, the fused convolution.
 
-e3nn's ``Linear`` takes each input irrep with ``narrow``; in backward each narrow zero-fills a gradient of the whole
-input, which for the convolution's (edges, 7104) tensor-product output of a QM9 batch is above glibc's 32 MB mmap
-threshold, so every fill also maps fresh pages. :func:`sciml.hamiltonian.nn.layers.split_linear` evaluates the same
-Linear (same weights) through one ``split``. Both variants train the same model (``--config``, default the organic
-one) on the same first training batch of ``--data`` (one npz per molecule, e.g. the unpacked QM9 release), one
-thread, alternating step by step after a warm-up step each; the loss of both is recorded to show they compute the
-same thing. Writes ``benchmarks/results/hamiltonian_train_step.json``. Usage::
+e3nn's ``Linear`` takes each input irrep with ``narrow`` and its ``TensorProduct`` narrows its inputs and per-edge
+weights once per path; in backward each narrow zero-fills a gradient of the whole tensor, which for the convolution's
+(edges, 7104) tensor-product output of a QM9 batch is above glibc's 32 MB mmap threshold, so every fill also maps
+fresh pages. Three variants of the same model (same weights):
+
+- ``e3nn``: e3nn's ``TensorProduct`` then e3nn's ``Linear`` everywhere;
+- ``split_linear``: every Linear through one ``split`` (:func:`sciml.hamiltonian.nn.layers.split_linear`), the
+  tensor product still e3nn's;
+- ``fused``: as shipped, the convolution through :func:`sciml.hamiltonian.nn.layers.tensor_product_linear` (inputs
+  and weights split once, each path's output straight into the Linear).
+
+All train the same model (``--config``, default the organic one) on the same first training batch of ``--data``
+(one npz per molecule, e.g. the unpacked QM9 release), one thread, in rotating order step by step after a warm-up
+step each; the loss of each is recorded to show they compute the same thing. Writes
+``benchmarks/results/hamiltonian_train_step.json``. Usage::
 
     sciml data release unpack datasets/qm9/release --out runs/data/qm9-release --workers 2
     python benchmarks/hamiltonian_train_step.py --data runs/data/qm9-release [--steps 3]
@@ -53,11 +61,13 @@ def main(argv=None) -> int:
     batch = next(iter(dm.train_dataloader()))
     module.log = lambda *a, **k: None  # no trainer attached
     opt = torch.optim.SGD(module.parameters(), lr=0.0)  # lr 0: every step sees the same weights
-    ours = layers.split_linear
-    variants = {"e3nn_linear": lambda linear, x: linear(x), "split_linear": ours}
+    split, fused = layers.split_linear, layers.tensor_product_linear
+    variants = {"e3nn": (lambda tp, linear, x1, x2, w: linear(tp(x1, x2, w)), lambda linear, x: linear(x)),
+                "split_linear": (lambda tp, linear, x1, x2, w: split(linear, tp(x1, x2, w)), split),
+                "fused": (fused, split)}
 
     def step(name: str) -> tuple[float, float]:
-        layers.split_linear = variants[name]
+        layers.tensor_product_linear, layers.split_linear = variants[name]
         start = time.perf_counter()
         opt.zero_grad()
         loss = module._step(batch, "train")
@@ -67,25 +77,27 @@ def main(argv=None) -> int:
 
     times: dict[str, list[float]] = {n: [] for n in variants}
     losses = {}
+    names = list(variants)
     try:
-        for name in variants:
+        for name in names:
             step(name)  # warm-up
         for k in range(args.steps):
-            for name in (variants if k % 2 == 0 else reversed(list(variants))):
+            for name in names[k % len(names):] + names[:k % len(names)]:  # each variant first in turn
                 seconds, losses[name] = step(name)
                 times[name].append(seconds)
     finally:
-        layers.split_linear = ours
+        layers.tensor_product_linear, layers.split_linear = fused, split
     median = {n: float(np.median(t)) for n, t in times.items()}
     result = {"command": "python benchmarks/hamiltonian_train_step.py " + " ".join(argv or sys.argv[1:]),
               "data": args.data, "graphs": int(batch.num_graphs), "atoms": int(len(batch.z)),
               "edges": int(batch.edge_index.shape[1]), "threads": 1, "step_seconds": times,
-              "median_seconds": median, "speedup": median["e3nn_linear"] / median["split_linear"],
+              "median_seconds": median,
+              "speedup_vs_e3nn": {n: median["e3nn"] / median[n] for n in ("split_linear", "fused")},
               "loss": losses, "platform": platform.platform()}
     write_json(Path(args.output), result)
-    print(f"{batch.num_graphs} molecules, {len(batch.z)} atoms, {result['edges']} edges: e3nn Linear "
-          f"{median['e3nn_linear']:.2f} s, split_linear {median['split_linear']:.2f} s per step "
-          f"({result['speedup']:.1f}x); wrote {args.output}")
+    print(f"{batch.num_graphs} molecules, {len(batch.z)} atoms, {result['edges']} edges: "
+          + ", ".join(f"{n} {median[n]:.2f} s" for n in names) + " per step; speed-up over e3nn "
+          + ", ".join(f"{n} {v:.2f}x" for n, v in result["speedup_vs_e3nn"].items()) + f"; wrote {args.output}")
     return 0
 
 

@@ -202,3 +202,29 @@ def test_split_linear_is_e3nns_linear():
     torch.testing.assert_close(*grads, rtol=1e-12, atol=1e-12)
     with pytest.raises(ValueError, match="biases"):
         split_linear(o3.Linear("2x0e", "2x0e", biases=True), torch.zeros(1, 2))
+
+
+@pytest.mark.parametrize("irreps", [NET["hidden"], "32x0e+16x1o+16x1e+8x2e+8x2o+4x3o+4x3e+4x4e"])
+def test_tensor_product_linear_is_e3nns_product_then_linear(irreps):
+    """The fused convolution equals e3nn's TensorProduct then Linear: values and every gradient (float64).
+
+    The second irreps is the organic model's, l up to 4 with spherical harmonics up to 3: every path kind it has.
+    """
+    from sciml.core.e3nn_o3 import o3
+    from sciml.hamiltonian.nn.layers import EdgeConvolution, tensor_product_linear
+
+    torch.manual_seed(0)
+    conv = EdgeConvolution(irreps, o3.Irreps.spherical_harmonics(3), irreps, 10).double()
+    n = 7
+    x1 = torch.randn(n, conv.tp.irreps_in1.dim, dtype=torch.float64, requires_grad=True)
+    x2 = o3.spherical_harmonics(conv.tp.irreps_in2, torch.randn(n, 3, dtype=torch.float64), True).requires_grad_()
+    w = torch.randn(n, conv.tp.weight_numel, dtype=torch.float64, requires_grad=True)
+    ours, theirs = tensor_product_linear(conv.tp, conv.linear, x1, x2, w), conv.linear(conv.tp(x1, x2, w))
+    torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
+    probe = torch.randn_like(theirs)
+    inputs = (x1, x2, w, conv.linear.weight)
+    grads = [torch.autograd.grad((y * probe).sum(), inputs) for y in (ours, theirs)]
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match="uvu"):
+        tensor_product_linear(o3.FullyConnectedTensorProduct("2x0e", "1x0e", "2x0e"), conv.linear, x1, x2, w)

@@ -6,7 +6,8 @@
   (``uvu`` tensor product, weights from a radial MLP).
 - :func:`split_linear`: e3nn's ``Linear`` evaluated with one ``split`` of its input (same weights, same result), as
   every Linear of the network is: e3nn's one ``narrow`` per irrep makes the backward pass zero-fill the whole input
-  per irrep.
+  per irrep. :func:`tensor_product_linear` does the same for the convolution's tensor product and feeds each path
+  straight into the Linear that follows it.
 - :class:`Attention`: invariant attention weights over the incoming edges of each atom,
   ``α_ij = σ(MLP([s_i, s_j, φ_ij]))`` (Equiformer-lite: scalar weights, equivariant values; sigmoid rather
   than softmax so that the number of neighbours still shows in the sum, as in Matformer's gated attention).
@@ -14,6 +15,7 @@
 
 from __future__ import annotations
 
+from functools import cache
 from math import prod
 
 import torch
@@ -30,19 +32,17 @@ def gate_irreps(irreps: o3.Irreps) -> tuple[o3.Irreps, o3.Irreps, o3.Irreps]:
     return scalars, o3.Irreps(f"{gated.num_irreps}x0e") if gated.num_irreps else o3.Irreps(""), gated
 
 
-def split_linear(linear: o3.Linear, x: torch.Tensor) -> torch.Tensor:
-    """``linear(x)`` for ``x (n, irreps_in.dim)``, with the input cut into its irreps by one ``split``.
+def _pieces(x: torch.Tensor, irreps: o3.Irreps) -> list[torch.Tensor]:
+    """``x (n, irreps.dim)`` cut by one ``split`` into ``(n, mul, 2l+1)`` pieces, one per entry of ``irreps``."""
+    n = x.shape[0]
+    return [p.reshape(n, mi.mul, mi.ir.dim) for p, mi in zip(x.split([mi.dim for mi in irreps], dim=-1), irreps,
+                                                               strict=True)]
 
-    e3nn's ``Linear`` takes each input irrep with ``narrow``, whose backward allocates and zero-fills a gradient
-    the size of the whole input; on the (edges, 7104) tensor-product output of a QM9 batch that is 300 fills of
-    52 MB per training step, most of the step. The backward of one ``split`` is one concatenation. Same flat
-    weight layout and path weights (the instructions of ``linear``), so a trained ``Linear`` is evaluated as is.
-    """
+
+def _linear_of_pieces(linear: o3.Linear, pieces: list[torch.Tensor], n: int, like: torch.Tensor) -> torch.Tensor:
+    """e3nn ``Linear`` (no biases) of an input given as :func:`_pieces` of ``linear.irreps_in``: ``(n, out)``."""
     if any(ins.i_in == -1 for ins in linear.instructions):
         raise ValueError("split_linear: a Linear with biases is not supported; call it directly")
-    n = x.shape[0]
-    pieces = [p.reshape(n, mi.mul, mi.ir.dim)
-              for p, mi in zip(x.split([mi.dim for mi in linear.irreps_in], dim=-1), linear.irreps_in, strict=True)]
     outs: list[list[torch.Tensor]] = [[] for _ in linear.irreps_out]
     at = 0
     for ins in (i for i in linear.instructions if 0 not in i.path_shape):  # e3nn skips these, weights included
@@ -51,8 +51,53 @@ def split_linear(linear: o3.Linear, x: torch.Tensor) -> torch.Tensor:
         if linear.irreps_in[ins.i_in].dim and linear.irreps_out[ins.i_out].dim:
             out = torch.einsum("uw,zui->zwi", w, pieces[ins.i_in])
             outs[ins.i_out].append(ins.path_weight * out.reshape(n, linear.irreps_out[ins.i_out].dim))
-    return torch.cat([sum(o) if o else x.new_zeros(n, mi.dim)
+    return torch.cat([sum(o) if o else like.new_zeros(n, mi.dim)
                       for o, mi in zip(outs, linear.irreps_out, strict=True) if mi.mul > 0], dim=-1)
+
+
+def split_linear(linear: o3.Linear, x: torch.Tensor) -> torch.Tensor:
+    """``linear(x)`` for ``x (n, irreps_in.dim)``, with the input cut into its irreps by one ``split``.
+
+    e3nn's ``Linear`` takes each input irrep with ``narrow``, whose backward allocates and zero-fills a gradient
+    the size of the whole input; on the (edges, 7104) tensor-product output of a QM9 batch that is 300 fills of
+    52 MB per training step, most of the step. The backward of one ``split`` is one concatenation. Same flat
+    weight layout and path weights (the instructions of ``linear``), so a trained ``Linear`` is evaluated as is.
+    """
+    return _linear_of_pieces(linear, _pieces(x, linear.irreps_in), x.shape[0], x)
+
+
+@cache
+def _w3j(l1: int, l2: int, l3: int) -> torch.Tensor:
+    """e3nn's Wigner 3j symbol ``(2l1+1, 2l2+1, 2l3+1)`` in float64 (the coupling its tensor products use)."""
+    return o3.wigner_3j(l1, l2, l3, dtype=torch.float64)
+
+
+def tensor_product_linear(tp: o3.TensorProduct, linear: o3.Linear, x1: torch.Tensor, x2: torch.Tensor,
+                          weight: torch.Tensor) -> torch.Tensor:
+    """``linear(tp(x1, x2, weight))`` without the tensor product's output ever being one tensor.
+
+    ``tp``: ``uvu`` paths with per-item weights ``weight (n, tp.weight_numel)`` and ``x2`` of multiplicity 1 (the
+    spherical harmonics of the edge). Path ``(l1, l2 → l)``: ``out_zuk = α w_zu Σ_ij C_ijk x1_zui x2_zj``, with e3nn's
+    path weight ``α`` and Wigner 3j ``C`` (the same sum as e3nn's generated code). Each path's output goes straight
+    into ``linear``'s matrix: the (edges, 7104) tensor-product output is never concatenated and split again, and
+    inputs and weights are cut by one ``split`` each (e3nn narrows them once per path, and each narrow's backward
+    zero-fills a gradient of the whole tensor).
+    """
+    if any(ins.connection_mode != "uvu" or not ins.has_weight for ins in tp.instructions) or any(
+            mi.mul != 1 for mi in tp.irreps_in2):
+        raise ValueError("tensor_product_linear: only weighted 'uvu' paths with a multiplicity-1 second input")
+    n = x1.shape[0]
+    p1, p2 = _pieces(x1, tp.irreps_in1), _pieces(x2, tp.irreps_in2)
+    weights = weight.split([prod(ins.path_shape) for ins in tp.instructions], dim=-1)
+    pieces: list[torch.Tensor | None] = [None] * len(tp.irreps_out)
+    for ins, w in zip(tp.instructions, weights, strict=True):
+        l1, l2, lo = tp.irreps_in1[ins.i_in1].ir.l, tp.irreps_in2[ins.i_in2].ir.l, tp.irreps_out[ins.i_out].ir.l
+        coupling = torch.einsum("zj,ijk->zik", p2[ins.i_in2][:, 0], _w3j(l1, l2, lo).to(x1))  # (n, 2l1+1, 2l+1)
+        out = torch.bmm(p1[ins.i_in1], coupling) * (ins.path_weight * w).unsqueeze(-1)  # (n, mul, 2l+1)
+        pieces[ins.i_out] = out if pieces[ins.i_out] is None else pieces[ins.i_out] + out
+    pieces = [p if p is not None else x1.new_zeros(n, mi.mul, mi.ir.dim)
+              for p, mi in zip(pieces, tp.irreps_out, strict=True)]
+    return _linear_of_pieces(linear, pieces, n, x1)
 
 
 class GatedLinear(nn.Module):
@@ -102,7 +147,7 @@ class EdgeConvolution(nn.Module):
 
     def forward(self, h_src: torch.Tensor, sh: torch.Tensor, invariants: torch.Tensor) -> torch.Tensor:
         """``(E, in) × (E, sh) × (E, n_invariants)`` → ``(E, out)``."""
-        return split_linear(self.linear, self.tp(h_src, sh, self.radial(invariants)))
+        return tensor_product_linear(self.tp, self.linear, h_src, sh, self.radial(invariants))
 
 
 class Attention(nn.Module):
