@@ -120,7 +120,8 @@ def _check_name(name: str) -> None:
         raise ValueError(f"unknown molecule {name!r}; built-in: {', '.join(MD17)}, the G2 names of "
                          f"{', '.join(G2_ORGANIC[:6])}, ... (G2_ORGANIC), the S22 monomers "
                          f"{', '.join(S22_MONOMERS)}, the SMILES molecules {', '.join(list(SMILES_ORGANIC)[:4])}, "
-                         f"... (SMILES_ORGANIC), aliases {', '.join(ALIASES)} (or pass --xyz FILE)")
+                         f"... (SMILES_ORGANIC), {', '.join(list(SMILES_LARGE)[:2])}, ... (SMILES_LARGE), aliases "
+                         f"{', '.join(ALIASES)} (or pass --xyz FILE)")
 
 
 def molecule_seed(seed: int, name: str) -> int:
