@@ -23,7 +23,7 @@ Three measurements, one run:
 3. ``learning_curve``: the random split's test, val and calib molecules fixed, nested training sets of
    ``--train-sizes`` molecules (a size above the training pool becomes the pool; the largest point is the random
    split's model; every run trains ``--epochs`` epochs, more where ``--min-steps`` asks, so a smaller set takes
-   fewer optimiser steps unless ``--min-steps`` is set); per method
+   fewer optimiser steps unless ``--min-steps`` is set, and validates about ``--epochs`` times); per method
    a power law ``error = a·N^(-b)`` fitted by least squares in log–log, with the error it predicts at 10× the
    largest size (an extrapolation, not a measurement).
 
@@ -271,6 +271,8 @@ def fit_and_export(name: str, split: Split, base: dict, args) -> dict:
     fractions = [len(v) / sum(full.sizes().values()) for v in full.parts().values()]
     cfg = run_config(base, work / "data", work / "run", fractions, args)
     cfg["trainer"]["max_epochs"] = epochs = run_epochs(len(full.train), int(cfg["data"]["batch_size"]), args)
+    # about --epochs validations per run, however many epochs --min-steps asks of a small training set
+    cfg["trainer"]["check_val_every_n_epoch"] = max(1, epochs // int(args.epochs))
     start = time.perf_counter()
     fit = train(cfg, test=False, fresh=not kept)
     seconds = time.perf_counter() - start

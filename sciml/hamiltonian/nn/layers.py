@@ -72,6 +72,17 @@ def _w3j(l1: int, l2: int, l3: int) -> torch.Tensor:
     return o3.wigner_3j(l1, l2, l3, dtype=torch.float64)
 
 
+def _coupling(tp: o3.TensorProduct, l1: int, l2: int, l3: int) -> torch.Tensor:
+    """The Wigner 3j constant ``tp`` itself holds for path ``(l1, l2 → l3)``, else :func:`_w3j`.
+
+    e3nn computes its constants once, in the default dtype of the moment the module is built (float32 unless set),
+    and casts them with the module: a float64 model built the usual way carries float32-rounded constants (1e-8),
+    which its trained weights were fitted with. Reading them keeps such a model's numbers exactly.
+    """
+    held = getattr(getattr(tp, "_compiled_main_left_right", None), f"_w3j_{l1}_{l2}_{l3}", None)
+    return held if isinstance(held, torch.Tensor) else _w3j(l1, l2, l3)
+
+
 def tensor_product_linear(tp: o3.TensorProduct, linear: o3.Linear, x1: torch.Tensor, x2: torch.Tensor,
                           weight: torch.Tensor) -> torch.Tensor:
     """``linear(tp(x1, x2, weight))`` without the tensor product's output ever being one tensor.
@@ -92,7 +103,7 @@ def tensor_product_linear(tp: o3.TensorProduct, linear: o3.Linear, x1: torch.Ten
     pieces: list[torch.Tensor | None] = [None] * len(tp.irreps_out)
     for ins, w in zip(tp.instructions, weights, strict=True):
         l1, l2, lo = tp.irreps_in1[ins.i_in1].ir.l, tp.irreps_in2[ins.i_in2].ir.l, tp.irreps_out[ins.i_out].ir.l
-        coupling = torch.einsum("zj,ijk->zik", p2[ins.i_in2][:, 0], _w3j(l1, l2, lo).to(x1))  # (n, 2l1+1, 2l+1)
+        coupling = torch.einsum("zj,ijk->zik", p2[ins.i_in2][:, 0], _coupling(tp, l1, l2, lo).to(x1))  # (n, d1, dk)
         out = torch.bmm(p1[ins.i_in1], coupling) * (ins.path_weight * w).unsqueeze(-1)  # (n, mul, 2l+1)
         pieces[ins.i_out] = out if pieces[ins.i_out] is None else pieces[ins.i_out] + out
     pieces = [p if p is not None else x1.new_zeros(n, mi.mul, mi.ir.dim)
