@@ -249,6 +249,11 @@ def split_errors(module, samples: list[dict], collate, chunk: int = ERRORS_CHUNK
     return tuple(torch.cat(p) for p in zip(*parts, strict=True))
 
 
+def orbital_counts(samples: list[dict]) -> tuple[Tensor, Tensor]:
+    """Orbital energies and doubly occupied orbitals per structure, ``(G,)`` each, of featurised ``samples``."""
+    return tuple(torch.cat([sample[key] for sample in samples]) for key in ("n_eig", "n_occ"))
+
+
 def split_embedding(samples: list[dict], collate, node_basis, edge_basis, chunk: int = 256) -> Tensor:
     """:func:`~sciml.hamiltonian.embed.h0_embedding` ``(G, d)`` of ``samples``, ``chunk`` structures at a time."""
     return torch.cat([h0_embedding(collate(samples[k:k + chunk]), node_basis, edge_basis)
@@ -341,7 +346,7 @@ def fit_domain(module, dm, *, k: int = 5, beta: float = 0.05, holdout: float = 0
     dom = HamiltonianDomain(mean, scale, comp, score, float(sigma_power), proj(e_cal), torch.zeros(0, dtype=torch.long),
                             torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.float64), seed)
     sigma = dom.sigma(e_cal)
-    n_eig, n_occ = (torch.cat([sample[key] for sample in calib_samples]) for key in ("n_eig", "n_occ"))
+    n_eig, n_occ = orbital_counts(calib_samples)
     dom.shift_rows = torch.repeat_interleave(torch.arange(len(e_cal)), n_eig)
     dom.shift_groups = orbital_groups(n_eig, n_occ)
     dom.shift_scores = ((eps - y).abs() / sigma[dom.shift_rows]).double()

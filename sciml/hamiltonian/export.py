@@ -20,6 +20,7 @@ from sciml.hamiltonian.domain import FILE as DOMAIN_FILE
 from sciml.hamiltonian.domain import (
     HamiltonianDomain,
     fit_domain,
+    orbital_counts,
     orbital_groups,
     pool_deep_groups,
     split_errors,
@@ -55,7 +56,7 @@ def calibrate(module: HamiltonianModule, dm, alpha: float = 0.1, score: str = "n
     dom.shift_groups = pool_deep_groups(dom.shift_groups, math.ceil(1 / alpha - 1e-9) - 1)
     cal = MondrianConformal(score="normalized", alpha=alpha).fit(dom.shift_scores, dom.shift_groups)
     emb, eps, y = split_errors(module, dm.datasets["test"], dm.collate_fn)
-    n_eig, n_occ = (torch.cat([sample[key] for sample in dm.datasets["test"]]) for key in ("n_eig", "n_occ"))
+    n_eig, n_occ = orbital_counts(dm.datasets["test"])
     rows = torch.repeat_interleave(torch.arange(len(emb)), n_eig)
     interval = cal.predict_set(eps, orbital_groups(n_eig, n_occ, cal.group_ids), dom.sigma(emb)[rows], alpha)
     covered = ((y >= interval.lower) & (y <= interval.upper)).double()

@@ -21,7 +21,7 @@ MODEL_GRID_LEVEL = 3
 
 
 class ModelGuess:
-    """``guess(numbers, positions)`` -> starting density (pyscf order) from a molecule model's prediction, or None.
+    """``guess(numbers, positions[, zeroth])`` -> starting density (pyscf order) from a model's prediction, or None.
 
     Parameters
     ----------

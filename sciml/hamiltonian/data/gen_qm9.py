@@ -105,7 +105,8 @@ def generate_qm9_shard(molecules: list[QM9Molecule], settings: SCFSettings, fold
     selection : dict, optional
         How the molecules were chosen (seed, n, shard, ...), recorded in the manifest.
     guess : callable, optional
-        ``guess(numbers, positions)`` -> starting density or None (e.g. :class:`sciml.hamiltonian.seed.ModelGuess`).
+        ``guess(numbers, positions, zeroth)`` -> starting density or None (e.g.
+        :class:`sciml.hamiltonian.seed.ModelGuess`; ``zeroth``: the molecule's H0 and S, built once for both).
     retry_failed : bool
         Compute again the molecules a previous run recorded as failed.
 
