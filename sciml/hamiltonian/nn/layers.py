@@ -42,7 +42,7 @@ def _pieces(x: torch.Tensor, irreps: o3.Irreps) -> list[torch.Tensor]:
 def _linear_of_pieces(linear: o3.Linear, pieces: list[torch.Tensor], n: int, like: torch.Tensor) -> torch.Tensor:
     """e3nn ``Linear`` (no biases) of an input given as :func:`_pieces` of ``linear.irreps_in``: ``(n, out)``."""
     if any(ins.i_in == -1 for ins in linear.instructions):
-        raise ValueError("split_linear: a Linear with biases is not supported; call it directly")
+        raise ValueError("an e3nn Linear with biases is not supported here; call the Linear itself")
     outs: list[list[torch.Tensor]] = [[] for _ in linear.irreps_out]
     at = 0
     for ins in (i for i in linear.instructions if 0 not in i.path_shape):  # e3nn skips these, weights included
