@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import math
 import platform
 import shlex
@@ -92,6 +93,11 @@ class Split(NamedTuple):
     def parts(self) -> dict[str, list[Path]]:
         """``{split name: files}`` in :data:`sciml.core.splits.SPLIT_NAMES` order."""
         return {"train": self.train, "val": self.val, "calib": self.calib, "test": self.test}
+
+    def fractions(self) -> list[float]:
+        """Share of the molecules in each split, in :meth:`parts` order (the data module's ``split.fractions``)."""
+        n = sum(self.sizes().values())
+        return [len(files) / n for files in self.parts().values()]
 
 
 def snapshot(data: Path) -> list[Path]:
@@ -180,10 +186,8 @@ def link_folder(folder: Path, split: Split, seed: int) -> list[float]:
     """
     from sciml.core.splits import group_split, random_split
 
-    parts = split.parts()
-    n = sum(len(v) for v in parts.values())
-    fractions = [len(v) / n for v in parts.values()]
-    positions = random_split(n, fractions, seed)
+    parts, fractions = split.parts(), split.fractions()
+    positions = random_split(sum(split.sizes().values()), fractions, seed)
     folder.mkdir(parents=True, exist_ok=True)
     names = {}
     for name, files in parts.items():
@@ -226,7 +230,6 @@ def prepare_run(work: Path, split: Split, base: dict, args) -> bool:
 
     A folder made for other molecules or settings (``run.json``), or any folder with ``--fresh``, is replaced.
     """
-    import json
     import shutil
 
     from sciml.core.io.atomic import atomic_write_text
@@ -254,8 +257,6 @@ def fit_and_export(name: str, split: Split, base: dict, args) -> dict:
     Resumable: a run folder of the same split and settings is reused, its training resumed from ``last.ckpt``
     (written every ``--checkpoint-every`` steps) and a finished export (``done.json``) read back, not redone.
     """
-    import json
-
     from sciml.core.export import export
     from sciml.core.io.atomic import atomic_write_text
     from sciml.core.train import train
@@ -268,8 +269,7 @@ def fit_and_export(name: str, split: Split, base: dict, args) -> dict:
         print(f"{name}: reusing the finished run in {work}", flush=True)
         state = json.loads(done.read_text())
         return {**state, "artifact": work / "model", "checkpoint": Path(state["checkpoint"])}
-    fractions = [len(v) / sum(full.sizes().values()) for v in full.parts().values()]
-    cfg = run_config(base, work / "data", work / "run", fractions, args)
+    cfg = run_config(base, work / "data", work / "run", full.fractions(), args)
     cfg["trainer"]["max_epochs"] = epochs = run_epochs(len(full.train), int(cfg["data"]["batch_size"]), args)
     # about --epochs validations per run, however many epochs --min-steps asks of a small training set
     cfg["trainer"]["check_val_every_n_epoch"] = max(1, epochs // int(args.epochs))
@@ -347,7 +347,7 @@ def summarise(rows: list[dict], run: dict, split: Split) -> dict:
     """Means over the test molecules per method, the split sizes, and the export's network check."""
     check = run["export"].get("network_check", {})
     used = bool(check.get("network_used", True))
-    out = {"split_sizes": split.sizes(), "extra_train_files": len(run.get("extra_train", [])),
+    out = {"split_sizes": split.sizes(), "extra_train_files": len(run["extra_train"]),
            "train_seconds": round(run["train_seconds"], 1), "resumed": run["resumed"], "epochs": run["epochs"],
            "optimizer_steps": run["optimizer_steps"]}
     for name in METHODS:
