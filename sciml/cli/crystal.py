@@ -1,7 +1,8 @@
-"""``sciml crystal predict`` and ``sciml crystal calibrate``.
+"""``sciml crystal predict``, ``sciml crystal calibrate`` and ``sciml crystal ensemble``.
 
 ``predict --model NAME_OR_DIR FILE_OR_DIR... [--alpha A] [--beta B] [--shift-aware] --output preds.csv``;
-``calibrate --model NAME_OR_DIR --operation conformal|domain [--data D] [--alpha A] [--output DIR]``.
+``calibrate --model NAME_OR_DIR --operation conformal|domain [--data D] [--alpha A] [--output DIR]``;
+``ensemble MODEL MODEL... --output FILE.ckpt [--overwrite]``.
 Arguments, input paths and the model name are checked before torch and pymatgen are imported.
 """
 
@@ -31,7 +32,7 @@ SHOWN = ("source", "formula", "n_atoms", "{t}", "{t}_lower", "{t}_upper", "domai
 
 
 def add_parser(sub, name: str) -> None:
-    """Register ``crystal`` and its sub-verbs ``predict`` and ``calibrate``."""
+    """Register ``crystal`` and its sub-verbs ``predict``, ``calibrate`` and ``ensemble``."""
     p = sub.add_parser(name, help="crystal property prediction")
     verbs = p.add_subparsers(dest="crystal_verb", required=True)
     q = verbs.add_parser("predict", help="predict from structure files (CIF, POSCAR, extxyz, json, folders, CSV)")
@@ -45,6 +46,27 @@ def add_parser(sub, name: str) -> None:
                    "the cores not busy; sciml.core.threads)")
     q.set_defaults(run=run_predict)
     add_calibrate_parser(verbs)
+    e = verbs.add_parser("ensemble", help="join trained models of one config into a mean ensemble checkpoint "
+                         "(then: sciml export --ckpt FILE --config CONFIG --calibrate --output DIR)")
+    e.add_argument("members", nargs="+", help="at least two models: artifact folders, shipped names or .ckpt files")
+    e.add_argument("--output", required=True, help="checkpoint file to write (atomically)")
+    e.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
+    e.set_defaults(run=run_ensemble)
+
+
+def run_ensemble(args, overrides: list[str]) -> int:
+    """Write the ensemble checkpoint and say what it holds and what to run next."""
+    from sciml.cli.export import check_output
+
+    check_output(args.output, args.overwrite)
+    from sciml.crystal.ensemble import assemble
+
+    state = assemble(args.members, args.output)
+    network = state["hyper_parameters"]["network"]
+    stage("crystal ensemble", f"wrote {args.output}: mean of {len(network['members'])} "
+          f"{'/'.join(sorted({m['name'] for m in network['members']}))} networks; calibrate it with "
+          f"`sciml export --ckpt {args.output} --config CONFIG --calibrate --output DIR`")
+    return 0
 
 
 def add_calibrate_parser(verbs) -> None:

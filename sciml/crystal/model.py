@@ -21,6 +21,7 @@ from sciml.core.types import Prediction
 from sciml.crystal.calibration import graph_structures
 from sciml.crystal.data.graphs import GraphSettings
 from sciml.crystal.nn import NETWORKS
+from sciml.crystal.nn.embedding import AtomGraphEncoder
 
 EMBEDDING_LAYERS = ("pooled", "hidden")
 # Network settings that no longer exist, with why. Artifacts and checkpoints written before carry them: they are
@@ -68,7 +69,9 @@ class CrystalModel(torch.nn.Module):
         if network["name"] not in NETWORKS:
             raise ValueError(f"unknown network {network['name']!r}; known: {sorted(NETWORKS)}")
         self.net = NETWORKS[network["name"]](cutoff=self.graph.cutoff, g_max=self.graph.g_max, **kwargs)
-        self.net.encoder.restrict_to([Element(e).Z for e in elements])
+        seen = [Element(e).Z for e in elements]
+        for encoder in (m for m in self.net.modules() if isinstance(m, AtomGraphEncoder)):  # every ensemble member's
+            encoder.restrict_to(seen)
 
     @property
     def target(self) -> dict:

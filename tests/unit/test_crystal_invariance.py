@@ -9,7 +9,7 @@ from pymatgen.core import Lattice, Structure
 from pymatgen.symmetry.analyzer import SpacegroupAnalyzer
 
 from sciml.crystal.data.graphs import GraphSettings
-from sciml.crystal.nn import CGCNN, PRDNet
+from sciml.crystal.nn import CGCNN, MeanEnsemble, PRDNet
 from sciml.testing import assert_invariant, random_orthogonal, rotate
 from sciml.testing.invariance import assert_same_output, network_output
 
@@ -51,6 +51,9 @@ NETWORKS = {
     "prdnet_no_diffraction": lambda: PRDNet(SETTINGS.cutoff, SETTINGS.g_max, dim=16, n_layers=2,
                                             diffraction=False),
     "cgcnn": lambda: CGCNN(SETTINGS.cutoff, dim=16, n_layers=2),
+    "ensemble": lambda: MeanEnsemble(SETTINGS.cutoff, SETTINGS.g_max, [
+        {"name": "prdnet", "dim": 16, "n_layers": 2, "ffn": True, "edge_update": True},
+        {"name": "cgcnn", "dim": 16, "n_layers": 2}]),
 }
 
 

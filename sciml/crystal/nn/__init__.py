@@ -1,12 +1,13 @@
-"""Crystal networks, pure ``torch.nn`` (no Lightning): PRDNet (graph + diffraction branch) and CGCNN."""
+"""Crystal networks, pure ``torch.nn`` (no Lightning): PRDNet (graph + diffraction branch), CGCNN and their mean."""
 
 from __future__ import annotations
 
 from sciml.crystal.nn.cgcnn import CGCNN
 from sciml.crystal.nn.diffraction import DiffractionBranch
+from sciml.crystal.nn.ensemble import MeanEnsemble
 from sciml.crystal.nn.graph_attention import GraphAttentionBlock
 from sciml.crystal.nn.prdnet import PRDNet
 
-NETWORKS = {"prdnet": PRDNet, "cgcnn": CGCNN}
+NETWORKS = {"prdnet": PRDNet, "cgcnn": CGCNN, "ensemble": MeanEnsemble}
 
-__all__ = ["CGCNN", "NETWORKS", "PRDNet", "DiffractionBranch", "GraphAttentionBlock"]
+__all__ = ["CGCNN", "NETWORKS", "PRDNet", "DiffractionBranch", "GraphAttentionBlock", "MeanEnsemble"]

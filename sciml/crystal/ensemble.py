@@ -1,0 +1,62 @@
+"""Join trained crystal models into one mean ensemble (``sciml crystal ensemble``).
+
+The members are runs of the same config that differ in their seed or warm restart: same graph settings, same target
+and normalisation, same elements. :func:`assemble` writes a checkpoint of one
+:class:`~sciml.crystal.nn.ensemble.MeanEnsemble` network; ``sciml export --ckpt FILE --config CONFIG --calibrate``
+turns it into an artifact like any run's, its conformal calibrator and domain test fitted on the ensemble itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from sciml.core.io.artifact import ArtifactError
+from sciml.core.io.atomic import atomic_open
+from sciml.core.training.init import read_weights
+from sciml.crystal.model import current_network
+
+SHARED = ("graph", "target", "elements")
+"""Hyperparameters every member must share: the network's input and the meaning of its output."""
+
+
+def ensemble_state(members: list[str | Path]) -> dict:
+    """``{"state_dict", "hyper_parameters", "members"}`` of the mean ensemble of ``members``.
+
+    ``members``: artifact folders, shipped names or ``.ckpt`` files of crystal models.
+
+    Raises
+    ------
+    ArtifactError
+        Fewer than two members, a member that is itself an ensemble or not a crystal network, or members that differ
+        in a :data:`SHARED` setting (named with both values).
+
+    """
+    if len(members) < 2:
+        raise ArtifactError(f"an ensemble needs at least 2 members, got {len(members)}")
+    state, hparams, networks = {}, None, []
+    for k, source in enumerate(members):
+        weights, theirs = read_weights(source)
+        network = current_network(theirs.get("network") or {})
+        if network.get("name") in (None, "ensemble"):
+            raise ArtifactError(f"{source}: not a single crystal network (network {network.get('name')!r}); give "
+                                "the members' own models")
+        if hparams is None:
+            hparams = theirs
+        for key in SHARED:
+            if theirs.get(key) != hparams.get(key):
+                raise ArtifactError(f"{source}: its {key} differ from those of {members[0]}; ensemble members must "
+                                    f"be runs of one config ({key}: {theirs.get(key)!r} against {hparams.get(key)!r})")
+        networks.append(network)
+        state |= {f"net.members.{k}.{name[len('net.'):]}": t for name, t in weights.items() if name.startswith("net.")}
+    hparams = dict(hparams) | {"network": {"name": "ensemble", "members": networks}}
+    return {"state_dict": state, "hyper_parameters": hparams, "members": [str(m) for m in members]}
+
+
+def assemble(members: list[str | Path], output: str | Path) -> dict:
+    """Write the ensemble checkpoint of ``members`` to ``output`` (atomically) and return its state."""
+    state = ensemble_state(members)
+    with atomic_open(output, "wb") as fh:
+        torch.save(state, fh)
+    return state
