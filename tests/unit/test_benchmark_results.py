@@ -72,3 +72,14 @@ def test_crystal_mp_group_coverage_gives_each_group_its_resolution(load_benchmar
                                       "p_outside": coverage_miss_probability(400, 250, 0.1, bench.TOL)}
     assert groups["n_elements=3"]["p_outside"] > groups["n_elements=2"]["p_outside"]  # fewer calibration points
     assert "n_calib" not in bench.group_coverage(covered, test)["n_elements=2"]
+
+
+def test_crystal_mp_ensemble_curve_is_the_mean_of_the_first_k(load_benchmark, monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "benchmarks"))  # its sibling modules
+    bench = load_benchmark("crystal_mp_ensemble")
+    y = np.array([0.0, 1.0, 2.0])
+    members = np.array([[0.2, 1.2, 2.2], [-0.2, 0.8, 2.4], [1.0, 1.0, 1.0]])  # errors cancel on two points
+    curve = bench.size_curve({"val": {"y": y, "mean": members}, "test": {"y": y, "mean": members[::-1]}})
+    assert [row["k"] for row in curve] == [1, 2, 3]
+    np.testing.assert_allclose([row["val_mae"] for row in curve], [0.2, 0.3 / 3, (1 / 3 + 0 + 0.4 / 3) / 3])
+    np.testing.assert_allclose(curve[0]["test_mae"], 2 / 3)
