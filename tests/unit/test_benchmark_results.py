@@ -83,3 +83,15 @@ def test_crystal_mp_ensemble_curve_is_the_mean_of_the_first_k(load_benchmark, mo
     assert [row["k"] for row in curve] == [1, 2, 3]
     np.testing.assert_allclose([row["val_mae"] for row in curve], [0.2, 0.3 / 3, (1 / 3 + 0 + 0.4 / 3) / 3])
     np.testing.assert_allclose(curve[0]["test_mae"], 2 / 3)
+
+
+def test_crystal_mp_keeps_an_earlier_cgcnn_row_only_on_the_same_split(load_benchmark, monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    bench = load_benchmark("crystal_mp")
+    now = {"n_test": 3, "split_sizes": {"train": 7, "test": 3}}
+    row = {"mae": 0.04, "structures_per_s": 200.0}
+    earlier = now | {"models": {"cgcnn": row}}
+    assert bench.earlier_cgcnn(earlier, now) == {bench.EARLIER_CGCNN: row}
+    assert bench.earlier_cgcnn({**now, "models": {bench.EARLIER_CGCNN: row}}, now) == {bench.EARLIER_CGCNN: row}
+    assert bench.earlier_cgcnn(earlier | {"split_sizes": {"train": 8, "test": 3}}, now) == {}
+    assert bench.earlier_cgcnn(None, now) == {}
