@@ -54,6 +54,19 @@ def ensemble_state(members: list[str | Path]) -> dict:
     return {"state_dict": state, "hyper_parameters": hparams, "members": [str(m) for m in members]}
 
 
+def first_member(state: dict[str, torch.Tensor], hparams: dict) -> tuple[dict[str, torch.Tensor], dict]:
+    """``(state_dict, hyperparameters)`` of an ensemble's first member; a single network's unchanged.
+
+    Fine-tuning (``init_from``) from an ensemble starts from its first member: the members are runs of one config.
+    """
+    network = hparams.get("network") or {}
+    if network.get("name") != "ensemble":
+        return state, hparams
+    prefix = "net.members.0."
+    return ({"net." + name[len(prefix):]: t for name, t in state.items() if name.startswith(prefix)},
+            dict(hparams) | {"network": network["members"][0]})
+
+
 def assemble(members: list[str | Path], output: str | Path) -> dict:
     """Write the ensemble checkpoint of ``members`` to ``output`` (atomically) and return its state."""
     state = ensemble_state(members)

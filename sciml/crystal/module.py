@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from sciml.core import keys
+from sciml.crystal.ensemble import first_member
 from sciml.crystal.model import CrystalModel, current_network
 
 LOSSES = {"l1": nn.functional.l1_loss, "mse": nn.functional.mse_loss, "huber": nn.functional.huber_loss}
@@ -25,6 +26,7 @@ class CrystalRegressor(CrystalModel, L.LightningModule):
     """
 
     weight_keys = ("network", "graph")  # what fine-tuning (init_from) must share; atoms are embedded by Z
+    source_weights = staticmethod(first_member)  # init_from an ensemble starts from its first member
 
     def __init__(self, network: dict, graph: dict, target: dict, elements: list[str],
                  optim: dict | None = None) -> None:

@@ -12,6 +12,7 @@ from torch_geometric.data import Batch
 from sciml.cli.main import main
 from sciml.core.io.artifact import ArtifactError
 from sciml.core.io.checkpoint import load_lightning_checkpoint
+from sciml.core.training.init import init_weights
 from sciml.crystal.artifact import load_model
 from sciml.crystal.data.graphs import structure_to_graph
 from sciml.crystal.data.sources import read_labelled
@@ -78,3 +79,15 @@ def test_members_of_other_configs_are_refused(tiny_run, tmp_path, capsys):
     capsys.readouterr()
     assert main(["crystal", "ensemble", str(art), str(art), "--output", str(joined)]) != 0
     assert "--overwrite" in capsys.readouterr().err
+
+
+def test_fine_tuning_from_an_ensemble_starts_from_its_first_member(tiny_run, tmp_path):
+    best = tiny_run["run"] / "checkpoints" / "best.ckpt"
+    ckpt = tmp_path / "ensemble.ckpt"
+    assert main(["crystal", "ensemble", str(best), str(moved_member(tiny_run, tmp_path / "other.ckpt", seed=3)),
+                 "--output", str(ckpt)]) == 0
+    module = module_of(moved_member(tiny_run, tmp_path / "start.ckpt", seed=4))  # weights unlike either member
+    init_weights(module, ckpt)
+    first = load_lightning_checkpoint(best)["state_dict"]
+    for name, value in module.state_dict().items():
+        assert torch.equal(value, first[name]), name

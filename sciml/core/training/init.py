@@ -49,7 +49,9 @@ def _mismatch(own: dict[str, torch.Tensor], theirs: dict[str, torch.Tensor]) -> 
 def init_weights(module: torch.nn.Module, source: str | Path) -> None:
     """Copy the weights of ``source`` into ``module`` (whose ``hparams`` describe the run's network).
 
-    The source's hyperparameters named by ``module.weight_keys`` must equal the module's.
+    The source's hyperparameters named by ``module.weight_keys`` must equal the module's. A module with a
+    ``source_weights(state, hparams)`` method maps the source's weights first (crystal: an ensemble gives its first
+    member).
 
     Raises
     ------
@@ -59,6 +61,9 @@ def init_weights(module: torch.nn.Module, source: str | Path) -> None:
 
     """
     state, theirs = read_weights(source)
+    adapt = getattr(module, "source_weights", None)  # a family's reading of its own sources (an ensemble's member)
+    if adapt is not None:
+        state, theirs = adapt(state, theirs)
     own = dict(getattr(module, "hparams", {}) or {})
     for key in getattr(module, "weight_keys", WEIGHT_KEYS):
         if key in own and key in theirs and own[key] != theirs[key]:
