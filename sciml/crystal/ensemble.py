@@ -1,7 +1,8 @@
 """Join trained crystal models into one mean ensemble (``sciml crystal ensemble``).
 
-The members are runs of the same config that differ in their seed or warm restart: same graph settings, same target
-and normalisation, same elements. :func:`assemble` writes a checkpoint of one
+The members are runs of the same config, each trained from its own random initialisation (other seeds): same graph
+settings, same target and normalisation, same elements. Warm restarts of one model stay next to it and average
+little out (``benchmarks/crystal_mp_ensemble.py``). :func:`assemble` writes a checkpoint of one
 :class:`~sciml.crystal.nn.ensemble.MeanEnsemble` network; ``sciml export --ckpt FILE --config CONFIG --calibrate``
 turns it into an artifact like any run's, its conformal calibrator and domain test fitted on the ensemble itself.
 """
