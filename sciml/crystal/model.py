@@ -20,10 +20,11 @@ from sciml.core import keys
 from sciml.core.types import Prediction
 from sciml.crystal.calibration import graph_structures
 from sciml.crystal.data.graphs import GraphSettings
-from sciml.crystal.nn import NETWORKS
+from sciml.crystal.nn import NETWORKS, MeanEnsemble
 from sciml.crystal.nn.embedding import AtomGraphEncoder
 
 EMBEDDING_LAYERS = ("pooled", "hidden")
+ARCHITECTURES = NETWORKS | {"ensemble": MeanEnsemble}  # what a model holds: a trained network or a mean of them
 # Network settings that no longer exist, with why. Artifacts and checkpoints written before carry them: they are
 # dropped here (weights are unaffected: the setting created no parameters); new configs should not name them.
 RETIRED_NETWORK_KEYS = {"heads": "PRDNet's graph attention is per channel; `heads` never changed the network"}
@@ -40,7 +41,7 @@ class CrystalModel(torch.nn.Module):
     Parameters
     ----------
     network : dict
-        ``name`` (key of :data:`sciml.crystal.nn.NETWORKS`) and keyword arguments of that network; retired keys
+        ``name`` (key of :data:`ARCHITECTURES`: a trained network or ``ensemble``) and keyword arguments; retired keys
         (:data:`RETIRED_NETWORK_KEYS`, e.g. ``heads``) are dropped.
     graph : dict
         Graph settings the data were built with (:class:`~sciml.crystal.data.graphs.GraphSettings`).
@@ -66,9 +67,9 @@ class CrystalModel(torch.nn.Module):
         self.graph = GraphSettings.from_stored(graph)
         kwargs = {k: v for k, v in network.items() if k != "name"} | ({"n_out": 2} if target.get("zero_inflated")
                                                                       else {})
-        if network["name"] not in NETWORKS:
-            raise ValueError(f"unknown network {network['name']!r}; known: {sorted(NETWORKS)}")
-        self.net = NETWORKS[network["name"]](cutoff=self.graph.cutoff, g_max=self.graph.g_max, **kwargs)
+        if network["name"] not in ARCHITECTURES:
+            raise ValueError(f"unknown network {network['name']!r}; known: {sorted(ARCHITECTURES)}")
+        self.net = ARCHITECTURES[network["name"]](cutoff=self.graph.cutoff, g_max=self.graph.g_max, **kwargs)
         seen = [Element(e).Z for e in elements]
         for encoder in (m for m in self.net.modules() if isinstance(m, AtomGraphEncoder)):  # every ensemble member's
             encoder.restrict_to(seen)

@@ -8,6 +8,7 @@ from sciml.crystal.nn.ensemble import MeanEnsemble
 from sciml.crystal.nn.graph_attention import GraphAttentionBlock
 from sciml.crystal.nn.prdnet import PRDNet
 
-NETWORKS = {"prdnet": PRDNet, "cgcnn": CGCNN, "ensemble": MeanEnsemble}
+NETWORKS = {"prdnet": PRDNet, "cgcnn": CGCNN}
+"""The networks a run trains (``model.network.name``); an artifact may also hold their mean, :class:`MeanEnsemble`."""
 
 __all__ = ["CGCNN", "NETWORKS", "PRDNet", "DiffractionBranch", "GraphAttentionBlock", "MeanEnsemble"]

@@ -31,16 +31,15 @@ class MeanEnsemble(nn.Module):
 
     def __init__(self, cutoff: float, g_max: float, members: list[dict], n_out: int = 1) -> None:
         super().__init__()
-        from sciml.crystal.nn import NETWORKS  # the registry lists this class too
+        from sciml.crystal.nn import NETWORKS  # the package imports this module first
 
         if len(members) < 2:
             raise ValueError(f"an ensemble needs at least 2 members, got {len(members)}")
         nets = []
         for k, member in enumerate(members):
             name = member.get("name")
-            if name not in NETWORKS or NETWORKS[name] is MeanEnsemble:
-                known = sorted(n for n, cls in NETWORKS.items() if cls is not MeanEnsemble)
-                raise ValueError(f"ensemble member {k}: unknown network {name!r}; known: {known}")
+            if name not in NETWORKS:
+                raise ValueError(f"ensemble member {k}: unknown network {name!r}; known: {sorted(NETWORKS)}")
             kwargs = {key: value for key, value in member.items() if key != "name"}
             nets.append(NETWORKS[name](cutoff=cutoff, g_max=g_max, n_out=n_out, **kwargs))
         self.members = nn.ModuleList(nets)
