@@ -1,10 +1,10 @@
 """Ensemble size on the mp36k split: MAE of each member and of the mean of the first k, on val and test.
 
 The members are runs of ``configs/crystal/mp-formation-energy.yaml`` (or ``mp-band-gap.yaml``) on one split (seed 42),
-e.g. warm restarts of the shipped model with other seeds. The mean of the first ``k`` members is exactly what
-:class:`sciml.crystal.nn.MeanEnsemble` predicts (the target normalisation is shared and linear). The ensemble to
-ship is chosen on **val**; test is reported beside it, never used to choose. Model-pass time is measured for each
-member on the test split (one thread count, the same run).
+trained from their own initialisation or warm-restarted from the shipped model, with other seeds. The mean of the
+first ``k`` members is exactly what :class:`sciml.crystal.nn.MeanEnsemble` predicts (the target normalisation is
+shared and linear). The ensemble to ship is chosen on **val**; test is reported beside it, never used to choose.
+Model-pass time is measured for each member on the test split (one thread count, the same run).
 
 Usage::
 
@@ -30,16 +30,21 @@ OUT = ROOT / "benchmarks" / "results" / "crystal_mp_ensemble.json"
 
 def member_predictions(members: list[Path], dm) -> dict[str, dict]:
     """Per split (val, test): targets ``y`` ``(n,)``, member means ``(M, n)`` and model-pass seconds ``(M,)``."""
-    out = {}
-    for split in ("val", "test"):
-        loader = getattr(dm, f"{split}_dataloader")()
-        runs = []
-        for path in members:
-            model = load_module(path)  # an artifact's predictor, or a checkpoint's module
-            runs.append(run_model(model.module if path.is_dir() else model, loader))
-        out[split] = {"y": np.array([float(g.y) for g in dm.datasets[split]]),
-                      "mean": np.stack([r["mean"] for r in runs]), "seconds": np.array([r["seconds"] for r in runs])}
-    return out
+    splits = ("val", "test")
+    loaders = {split: getattr(dm, f"{split}_dataloader")() for split in splits}
+    runs = {split: [] for split in splits}
+    for path in members:
+        model = load_module(path)  # an artifact's predictor, or a checkpoint's module
+        for split in splits:
+            runs[split].append(run_model(model.module if path.is_dir() else model, loaders[split]))
+    return {split: {"y": np.array([float(g.y) for g in dm.datasets[split]]),
+                    "mean": np.stack([r["mean"] for r in runs[split]]),
+                    "seconds": np.array([r["seconds"] for r in runs[split]])} for split in splits}
+
+
+def mae(pred: np.ndarray, y: np.ndarray) -> float:
+    """Mean absolute error of ``pred`` against ``y``, both ``(n,)``."""
+    return float(np.abs(pred - y).mean())
 
 
 def size_curve(preds: dict[str, dict]) -> list[dict]:
@@ -48,7 +53,7 @@ def size_curve(preds: dict[str, dict]) -> list[dict]:
     for k in range(1, len(preds["val"]["mean"]) + 1):
         row = {"k": k}
         for split, p in preds.items():
-            row[f"{split}_mae"] = float(np.abs(p["mean"][:k].mean(0) - p["y"]).mean())
+            row[f"{split}_mae"] = mae(p["mean"][:k].mean(0), p["y"])
         rows.append(row)
     return rows
 
@@ -69,8 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     data = predictor_data(args.members[0])
     dm = datamodule({"data": data})
     preds = member_predictions(args.members, dm)
-    members = [{"source": str(path), "val_mae": float(np.abs(preds["val"]["mean"][m] - preds["val"]["y"]).mean()),
-                "test_mae": float(np.abs(preds["test"]["mean"][m] - preds["test"]["y"]).mean()),
+    members = [{"source": str(path), **{f"{split}_mae": mae(p["mean"][m], p["y"]) for split, p in preds.items()},
                 "test_structures_per_s": len(preds["test"]["y"]) / float(preds["test"]["seconds"][m])}
                for m, path in enumerate(args.members)]
     curve = size_curve(preds)

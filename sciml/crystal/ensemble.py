@@ -15,7 +15,7 @@ import torch
 
 from sciml.core.io.artifact import ArtifactError
 from sciml.core.io.atomic import atomic_open
-from sciml.core.training.init import read_weights
+from sciml.core.training.init import first_difference, read_weights
 from sciml.crystal.model import current_network
 
 SHARED = ("graph", "target", "elements")
@@ -31,7 +31,7 @@ def ensemble_state(members: list[str | Path]) -> dict:
     ------
     ArtifactError
         Fewer than two members, a member that is itself an ensemble or not a crystal network, or members that differ
-        in a :data:`SHARED` setting (named with both values).
+        in a :data:`SHARED` setting (its first differing entry named).
 
     """
     if len(members) < 2:
@@ -47,8 +47,9 @@ def ensemble_state(members: list[str | Path]) -> dict:
             hparams = theirs
         for key in SHARED:
             if theirs.get(key) != hparams.get(key):
-                raise ArtifactError(f"{source}: its {key} differ from those of {members[0]}; ensemble members must "
-                                    f"be runs of one config ({key}: {theirs.get(key)!r} against {hparams.get(key)!r})")
+                why = first_difference(theirs.get(key), hparams.get(key), ("here", "there"))
+                raise ArtifactError(f"{source}: its {key} differ from those of {members[0]} ({why}); ensemble "
+                                    "members must be runs of one config")
         networks.append(network)
         state |= {f"net.members.{k}.{name[len('net.'):]}": t for name, t in weights.items() if name.startswith("net.")}
     hparams = dict(hparams) | {"network": {"name": "ensemble", "members": networks}}

@@ -67,7 +67,7 @@ def init_weights(module: torch.nn.Module, source: str | Path) -> None:
     own = dict(getattr(module, "hparams", {}) or {})
     for key in getattr(module, "weight_keys", WEIGHT_KEYS):
         if key in own and key in theirs and own[key] != theirs[key]:
-            why = _first_difference(theirs[key], own[key])
+            why = first_difference(theirs[key], own[key])
             raise ArtifactError(f"init_from {source}: its {key} differ from this run's ({why}); "
                                 f"fine-tuning needs the same {key}: take them from the source's config")
     problem = _mismatch(module.state_dict(), state)
@@ -77,15 +77,19 @@ def init_weights(module: torch.nn.Module, source: str | Path) -> None:
     module.load_state_dict(state, strict=True)
 
 
-def _first_difference(theirs, own) -> str:
-    """The first differing entry of two settings (mappings or lists), for the error message."""
+def first_difference(theirs, own, where: tuple[str, str] = ("there", "here")) -> str:
+    """The first differing entry of two settings (mappings or lists), for the error message.
+
+    ``where`` names the two sides in the message (default: the source ``there``, this run ``here``).
+    """
+    a, b = where
     if isinstance(theirs, dict) and isinstance(own, dict):
         for key in sorted(set(theirs) | set(own), key=str):
             if theirs.get(key) != own.get(key):
-                return f"{key}: {theirs.get(key)!r} there, {own.get(key)!r} here"
+                return f"{key}: {theirs.get(key)!r} {a}, {own.get(key)!r} {b}"
     if isinstance(theirs, list) and isinstance(own, list):
         extra = sorted(set(map(str, theirs)) ^ set(map(str, own)))
         if extra:
-            return f"{len(theirs)} there, {len(own)} here; not in both: {', '.join(extra[:5])}"
+            return f"{len(theirs)} {a}, {len(own)} {b}; not in both: {', '.join(extra[:5])}"
         return "same entries in another order"
-    return f"{theirs!r} there, {own!r} here"
+    return f"{theirs!r} {a}, {own!r} {b}"
