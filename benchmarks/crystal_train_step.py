@@ -3,12 +3,12 @@
 :class:`sciml.crystal.nn.graph_attention.GraphAttentionBlock` computes every linear map of ``z_ij = [h_i, h_j, e_ij]``
 as ``W_i h_i + W_j h_j + W_e e_ij``, with the atom parts projected once per atom and gathered (``forward``);
 ``forward_explicit`` builds ``z_ij`` per edge as the equations read. Both are timed on the same model (``--config``,
-default the general formation-energy one) and the same first training batch, one thread, in rotating order step by
-step after a warm-up step each; CPU time of the process (``time.process_time``) and wall time are both recorded, as
-this machine is shared. The loss of each variant is recorded to show they compute the same thing. Writes
+default the general formation-energy one) and the same first training batch, in rotating order step by step after a
+warm-up step each, at each of ``--threads`` (default 1 and 2); process CPU time (``time.process_time``, summed over
+threads) and wall time are both recorded, as this machine is shared. The loss of each variant is recorded to show they compute the same thing. Writes
 ``benchmarks/results/crystal_train_step.json``. Usage::
 
-    python benchmarks/crystal_train_step.py [--steps 5]
+    python benchmarks/crystal_train_step.py [--steps 5] [--threads 1 2]
 """
 
 from __future__ import annotations
@@ -29,23 +29,42 @@ RESULTS = ROOT / "benchmarks" / "results" / "crystal_train_step.json"
 
 
 def main(argv=None) -> int:
-    """Alternate timed steps of the two block implementations; write the JSON."""
+    """Alternate timed steps of the two block implementations at each thread count; write the JSON."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default=str(ROOT / "configs" / "crystal" / "mp-formation-energy.yaml"))
     ap.add_argument("--steps", type=int, default=5, help="timed steps of each variant")
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="torch thread counts, each timed")
     ap.add_argument("--output", default=str(RESULTS))
     args = ap.parse_args(argv)
     import torch
     import yaml
 
-    from sciml.crystal.nn.graph_attention import GraphAttentionBlock
     from sciml.crystal.task import build
 
-    torch.set_num_threads(1)
     cfg = yaml.safe_load(Path(args.config).read_text())
     dm, module = build(cfg)
     batch = next(iter(dm.train_dataloader()))
     module.log = lambda *a, **k: None  # no trainer attached
+    by_threads = {}
+    for threads in args.threads:
+        torch.set_num_threads(threads)
+        by_threads[str(threads)] = time_variants(module, batch, args.steps)
+        speedup = by_threads[str(threads)]["speedup_gathered_over_explicit"]
+        print(f"{threads} thread(s): gathered over explicit {speedup['cpu']:.2f}x CPU, {speedup['wall']:.2f}x wall")
+    result = {"command": "python benchmarks/crystal_train_step.py " + " ".join(argv or sys.argv[1:]),
+              "config": args.config, "structures": int(batch.num_graphs), "atoms": int(len(batch.z)),
+              "edges": int(batch.edge_index.shape[1]), "threads": by_threads, "platform": platform.platform()}
+    write_json(Path(args.output), result)
+    print(f"{batch.num_graphs} structures, {len(batch.z)} atoms, {result['edges']} edges; wrote {args.output}")
+    return 0
+
+
+def time_variants(module, batch, steps: int) -> dict:
+    """Seconds per training step (wall and process CPU) of both block variants, in rotating order, and their loss."""
+    import torch
+
+    from sciml.crystal.nn.graph_attention import GraphAttentionBlock
+
     opt = torch.optim.SGD(module.parameters(), lr=0.0)  # lr 0: every step sees the same weights
     variants = {"gathered": GraphAttentionBlock.forward, "explicit": GraphAttentionBlock.forward_explicit}
 
@@ -64,7 +83,7 @@ def main(argv=None) -> int:
     try:
         for name in names:
             step(name)  # warm-up
-        for k in range(args.steps):
+        for k in range(steps):
             for name in names[k % len(names):] + names[:k % len(names)]:  # each variant first in turn
                 wall, cpu, losses[name] = step(name)
                 times[name]["wall"].append(wall)
@@ -72,17 +91,9 @@ def main(argv=None) -> int:
     finally:
         GraphAttentionBlock.forward = variants["gathered"]
     median = {n: {k: float(np.median(v)) for k, v in t.items()} for n, t in times.items()}
-    speedup = {k: median["explicit"][k] / median["gathered"][k] for k in ("wall", "cpu")}
-    result = {"command": "python benchmarks/crystal_train_step.py " + " ".join(argv or sys.argv[1:]),
-              "config": args.config, "structures": int(batch.num_graphs), "atoms": int(len(batch.z)),
-              "edges": int(batch.edge_index.shape[1]), "threads": 1, "step_seconds": times,
-              "median_seconds": median, "speedup_gathered_over_explicit": speedup, "loss": losses,
-              "platform": platform.platform()}
-    write_json(Path(args.output), result)
-    print(f"{batch.num_graphs} structures, {len(batch.z)} atoms, {result['edges']} edges: "
-          + ", ".join(f"{n} {median[n]['cpu']:.2f} s CPU" for n in names) + " per step; gathered over explicit "
-          + f"{speedup['cpu']:.2f}x CPU, {speedup['wall']:.2f}x wall; wrote {args.output}")
-    return 0
+    return {"step_seconds": times, "median_seconds": median, "loss": losses,
+            "speedup_gathered_over_explicit": {k: median["explicit"][k] / median["gathered"][k]
+                                               for k in ("wall", "cpu")}}
 
 
 if __name__ == "__main__":
