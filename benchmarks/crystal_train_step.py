@@ -5,8 +5,8 @@ as ``W_i h_i + W_j h_j + W_e e_ij``, with the atom parts projected once per atom
 ``forward_explicit`` builds ``z_ij`` per edge as the equations read. Both are timed on the same model (``--config``,
 default the general formation-energy one) and the same first training batch, in rotating order step by step after a
 warm-up step each, at each of ``--threads`` (default 1 and 2); process CPU time (``time.process_time``, summed over
-threads) and wall time are both recorded, as this machine is shared. The loss of each variant is recorded to show they compute the same thing. Writes
-``benchmarks/results/crystal_train_step.json``. Usage::
+threads) and wall time are both recorded, as this machine is shared. The loss of each variant is recorded to show
+they compute the same thing. Writes ``benchmarks/results/crystal_train_step.json``. Usage::
 
     python benchmarks/crystal_train_step.py [--steps 5] [--threads 1 2]
 """

@@ -14,7 +14,8 @@ Distributed and cluster runs (``docs/cluster.md``):
   signal (at the next batch end, not inside the signal handler); ``fit`` resumes from the newest of
   ``last.ckpt`` and those;
 - checkpoints carry the global RNG states (:class:`RNGStateCallback`), so resuming from an epoch-end
-  checkpoint continues with the shuffles and dropout masks of an uninterrupted run.
+  checkpoint continues with the shuffles and dropout masks of an uninterrupted run;
+- ``logs/metrics.csv`` records each epoch's training wall time as ``train_epoch_seconds`` (:class:`EpochTimer`).
 
 Before anything is written the config is checked against its schema (:func:`sciml.core.config.check_config`:
 unknown keys, ``trainer`` keys sciml sets itself, a missing data file). A run folder that holds checkpoints is
@@ -42,7 +43,7 @@ from sciml.core.config import TRAINER_DEFAULTS, check_config, resolve_threads
 from sciml.core.io.atomic import atomic_write_text
 from sciml.core.io.checkpoint import AtomicCheckpointIO
 from sciml.core.registry import build_task
-from sciml.core.training import GlooSyncBatchNorm, RNGStateCallback, SlurmRequeue
+from sciml.core.training import EpochTimer, GlooSyncBatchNorm, RNGStateCallback, SlurmRequeue
 from sciml.core.training.conformal import ConformalCallback
 from sciml.core.training.init import init_weights
 
@@ -111,7 +112,7 @@ def build_trainer(cfg: dict, run_dir: Path) -> L.Trainer:
                            enable_version_counter=False)
     last = ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="last", monitor=None, save_top_k=1,
                            every_n_train_steps=int(every) if every else None, enable_version_counter=False)
-    callbacks = [best, last, LearningRateMonitor(), RNGStateCallback()]
+    callbacks = [best, last, LearningRateMonitor(), RNGStateCallback(), EpochTimer()]
     if calib.get("callback", True):  # false for tasks calibrated at export (perturbation effects: sciml.perturbation)
         callbacks.append(ConformalCallback(str(run_dir), calib.get("score", "absolute"), calib.get("alpha", 0.1),
                                            calibration=calib))

@@ -31,6 +31,8 @@ def test_fit_writes_run_folder(tiny_run):
     ids = [i for k in ("train", "val", "calib", "test") for i in split[k]]
     assert len(ids) == len(set(ids)) == 80 and split["seed"] == 1
     assert list((run / "tb").glob("events.out.tfevents*"))
+    seconds = pd.read_csv(run / "logs" / "metrics.csv")["train_epoch_seconds"].dropna()
+    assert len(seconds) == 2 and (seconds > 0).all()  # one wall time per training epoch
 
 
 def test_artifact_contents(tiny_run):
