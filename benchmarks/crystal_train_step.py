@@ -16,13 +16,13 @@ from __future__ import annotations
 import argparse
 import platform
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import write_json  # noqa: E402
+from _timing import interleaved  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "crystal_train_step.json"
@@ -68,26 +68,16 @@ def time_variants(module, batch, steps: int) -> dict:
     opt = torch.optim.SGD(module.parameters(), lr=0.0)  # lr 0: every step sees the same weights
     variants = {"gathered": GraphAttentionBlock.forward, "explicit": GraphAttentionBlock.forward_explicit}
 
-    def step(name: str) -> tuple[float, float, float]:
+    def step(name: str) -> float:
         GraphAttentionBlock.forward = variants[name]
-        wall, cpu = time.perf_counter(), time.process_time()
         opt.zero_grad()
         loss = module.training_step(batch, 0)
         loss.backward()
         opt.step()
-        return time.perf_counter() - wall, time.process_time() - cpu, float(loss.detach())
+        return float(loss.detach())
 
-    times = {n: {"wall": [], "cpu": []} for n in variants}
-    losses = {}
-    names = list(variants)
     try:
-        for name in names:
-            step(name)  # warm-up
-        for k in range(steps):
-            for name in names[k % len(names):] + names[:k % len(names)]:  # each variant first in turn
-                wall, cpu, losses[name] = step(name)
-                times[name]["wall"].append(wall)
-                times[name]["cpu"].append(cpu)
+        times, losses = interleaved(step, list(variants), steps)
     finally:
         GraphAttentionBlock.forward = variants["gathered"]
     median = {n: {k: float(np.median(v)) for k, v in t.items()} for n, t in times.items()}

@@ -25,13 +25,13 @@ from __future__ import annotations
 import argparse
 import platform
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import write_json  # noqa: E402
+from _timing import interleaved  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "hamiltonian_train_step.json"
@@ -66,27 +66,20 @@ def main(argv=None) -> int:
                 "split_linear": (lambda tp, linear, x1, x2, w: split(linear, tp(x1, x2, w)), split),
                 "fused": (fused, split)}
 
-    def step(name: str) -> tuple[float, float]:
+    def step(name: str) -> float:
         layers.tensor_product_linear, layers.split_linear = variants[name]
-        start = time.perf_counter()
         opt.zero_grad()
         loss = module._step(batch, "train")
         loss.backward()
         opt.step()
-        return time.perf_counter() - start, float(loss)
+        return float(loss)
 
-    times: dict[str, list[float]] = {n: [] for n in variants}
-    losses = {}
     names = list(variants)
     try:
-        for name in names:
-            step(name)  # warm-up
-        for k in range(args.steps):
-            for name in names[k % len(names):] + names[:k % len(names)]:  # each variant first in turn
-                seconds, losses[name] = step(name)
-                times[name].append(seconds)
+        timed, losses = interleaved(step, names, args.steps)
     finally:
         layers.tensor_product_linear, layers.split_linear = fused, split
+    times = {n: t["wall"] for n, t in timed.items()}
     median = {n: float(np.median(t)) for n, t in times.items()}
     result = {"command": "python benchmarks/hamiltonian_train_step.py " + " ".join(argv or sys.argv[1:]),
               "data": args.data, "graphs": int(batch.num_graphs), "atoms": int(len(batch.z)),
