@@ -15,7 +15,8 @@ Distributed and cluster runs (``docs/cluster.md``):
   ``last.ckpt`` and those;
 - checkpoints carry the global RNG states (:class:`RNGStateCallback`), so resuming from an epoch-end
   checkpoint continues with the shuffles and dropout masks of an uninterrupted run;
-- ``logs/metrics.csv`` records each epoch's training wall time as ``train_epoch_seconds`` (:class:`EpochTimer`).
+- ``logs/metrics.csv`` records each epoch's training wall time as ``train_epoch_seconds`` (:class:`EpochTimer`);
+  a resumed run keeps the rows up to its checkpoint and appends (:class:`ResumableCSVLogger`).
 
 Before anything is written the config is checked against its schema (:func:`sciml.core.config.check_config`:
 unknown keys, ``trainer`` keys sciml sets itself, a missing data file). A run folder that holds checkpoints is
@@ -36,14 +37,14 @@ import lightning as L
 import torch
 from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
-from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from sciml.core.config import TRAINER_DEFAULTS, check_config, resolve_threads
 from sciml.core.io.atomic import atomic_write_text
-from sciml.core.io.checkpoint import AtomicCheckpointIO
+from sciml.core.io.checkpoint import AtomicCheckpointIO, load_lightning_checkpoint
 from sciml.core.registry import build_task
-from sciml.core.training import EpochTimer, GlooSyncBatchNorm, RNGStateCallback, SlurmRequeue
+from sciml.core.training import EpochTimer, GlooSyncBatchNorm, ResumableCSVLogger, RNGStateCallback, SlurmRequeue
 from sciml.core.training.conformal import ConformalCallback
 from sciml.core.training.init import init_weights
 
@@ -83,10 +84,11 @@ def _on_cpu(accelerator: str) -> bool:
     return accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
 
 
-def build_trainer(cfg: dict, run_dir: Path) -> L.Trainer:
+def build_trainer(cfg: dict, run_dir: Path, resume_step: int | None = None) -> L.Trainer:
     """Trainer with logs, checkpoints, RNG states in checkpoints, and the conformal callback.
 
-    Writes CSV + TensorBoard logs, ``best.ckpt`` (lowest ``val_mae``) and ``last.ckpt`` (every epoch).
+    Writes CSV (continued after ``resume_step``, the resumed checkpoint's global step) + TensorBoard logs,
+    ``best.ckpt`` (lowest ``val_mae``) and ``last.ckpt`` (every epoch).
     Config sections read here: ``trainer`` (``L.Trainer`` keywords over :data:`TRAINER_DEFAULTS`),
     ``checkpoint`` (``every_n_train_steps``: write ``last.ckpt`` every that many optimiser steps instead of
     every epoch, to bound the work a kill can lose when epochs are long), ``slurm`` (``auto_requeue``,
@@ -118,7 +120,7 @@ def build_trainer(cfg: dict, run_dir: Path) -> L.Trainer:
                                            calibration=calib))
     if on_slurm and slurm.get("auto_requeue", True):
         callbacks.append(SlurmRequeue(run_dir, requeue_signal))
-    loggers = [CSVLogger(run_dir, name="logs", version=""), TensorBoardLogger(run_dir, name="tb", version="")]
+    loggers = [ResumableCSVLogger(run_dir, resume_step), TensorBoardLogger(run_dir, name="tb", version="")]
     return L.Trainer(default_root_dir=run_dir, callbacks=callbacks, logger=loggers, plugins=plugins, **kwargs)
 
 
@@ -170,7 +172,8 @@ def train(cfg: dict, ckpt_path: str | None = None, test: bool = True, fresh: boo
         torch.set_num_threads(threads)
         cfg["threads"] = threads
     run_dir.mkdir(parents=True, exist_ok=True)
-    trainer = build_trainer(cfg, run_dir)  # knows this process's global rank before anything is written
+    resume_step = int(load_lightning_checkpoint(resume).get("global_step", 0)) if resume else None
+    trainer = build_trainer(cfg, run_dir, resume_step)  # knows this process's global rank before anything is written
     L.seed_everything(int(cfg.get("seed", 0)), workers=True)
     datamodule, module = build_task(cfg, run_dir if trainer.is_global_zero else None)
     if cfg.get("init_from") and not resume:

@@ -6,6 +6,7 @@ optimiser steps per epoch) with ``--trainer.deterministic true`` and a constant 
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import signal
@@ -118,6 +119,13 @@ def test_kill9_then_rerun_resumes_and_matches_uninterrupted(tiny_data, clean_env
     ours, ref = metrics_of(resumed.stdout), metrics_of(reference.stdout)
     for key in ("val_mae", "test_mae"):
         assert ours[key] == ref[key], key
+    assert val_history(run) == val_history(tmp / "reference")  # metrics.csv: every epoch once, none lost
+
+
+def val_history(run: Path) -> list[tuple[int, str]]:
+    """``(epoch, val_mae)`` rows of a run's ``logs/metrics.csv``, in order."""
+    with open(run / "logs" / "metrics.csv", newline="") as file:
+        return [(int(row["epoch"]), row["val_mae"]) for row in csv.DictReader(file) if row.get("val_mae")]
 
 
 def test_every_n_train_steps_refreshes_last_checkpoint_within_an_epoch(tiny_data):
