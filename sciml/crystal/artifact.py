@@ -111,14 +111,18 @@ def load_domain(art) -> CrystalDomain | None:
     domain = parse_extra(art, DOMAIN_FILE, CrystalDomain.from_dict, "re-export the model or run add_domain")
     if domain is None:
         return None
-    if domain.score.dim != _embedding_dim(art, domain.layer):
+    if domain.score.dim != embedding_dim(art, domain.layer):
         raise ArtifactError(f"{art.path / DOMAIN_FILE}: embedding dimension {domain.score.dim} does not fit the "
                             f"network's {domain.layer!r} layer; re-export the model")
     return domain
 
 
-def _embedding_dim(art, layer: str) -> int:
-    """Width of the network's ``layer`` embedding from the stored head weights (``net.head.*.weight``)."""
-    heads = sorted((k, v) for k, v in art.state_dict.items() if k.startswith("net.head.") and k.endswith(".weight"))
+def embedding_dim(art, layer: str) -> int:
+    """Width of the network's ``layer`` embedding from the stored head weights (``net.head.*.weight``).
+
+    An ensemble's embedding is its first member's (``net.members.0.head.*.weight``).
+    """
+    prefix = "net.members.0.head." if "net.members.0.head.1.weight" in art.state_dict else "net.head."
+    heads = sorted((k, v) for k, v in art.state_dict.items() if k.startswith(prefix) and k.endswith(".weight"))
     first = heads[0][1]  # Linear(width, dim): the pooled features are its input, the hidden layer its output
     return int(first.shape[1] if layer == "pooled" else first.shape[0])
