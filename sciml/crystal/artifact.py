@@ -97,7 +97,8 @@ def load_model(path: str | Path = DEFAULT_MODEL, graph: dict | GraphSettings | N
     calibrator = calibrator_from_dict(art.calibrator) if art.calibrator else None
     if not domain:
         return CrystalPredictor(module, stored, calibrator, art.path)
-    return CrystalPredictor(module, stored, calibrator, art.path, load_domain(art), shift_current=_shift_current(art))
+    return CrystalPredictor(module, stored, calibrator, art.path, load_domain(art, module.net),
+                            shift_current=_shift_current(art))
 
 
 def _shift_current(art) -> bool:
@@ -106,23 +107,21 @@ def _shift_current(art) -> bool:
     return bool(domain) and domain["shift"]["calibrator_sha256"] == sha256_file(art.path / "calibrator.json")
 
 
-def load_domain(art) -> CrystalDomain | None:
-    """The validated ``domain.json`` of a loaded artifact, or ``None`` when it has none."""
+def load_domain(art, net: torch.nn.Module) -> CrystalDomain | None:
+    """The validated ``domain.json`` of a loaded artifact (its network ``net``), or ``None`` when it has none."""
     domain = parse_extra(art, DOMAIN_FILE, CrystalDomain.from_dict, "re-export the model or run add_domain")
     if domain is None:
         return None
-    if domain.score.dim != embedding_dim(art, domain.layer):
+    if domain.score.dim != embedding_dim(net.head, domain.layer):
         raise ArtifactError(f"{art.path / DOMAIN_FILE}: embedding dimension {domain.score.dim} does not fit the "
                             f"network's {domain.layer!r} layer; re-export the model")
     return domain
 
 
-def embedding_dim(art, layer: str) -> int:
-    """Width of the network's ``layer`` embedding from the stored head weights (``net.head.*.weight``).
+def embedding_dim(head: torch.nn.Module, layer: str) -> int:
+    """Width of the ``layer`` embedding a network's ``head`` reads (an ensemble's head is its first member's).
 
-    An ensemble's embedding is its first member's (``net.members.0.head.*.weight``).
+    The head's first ``Linear(width, dim)``: the pooled features are its input, the hidden layer its output.
     """
-    prefix = "net.members.0.head." if "net.members.0.head.1.weight" in art.state_dict else "net.head."
-    heads = sorted((k, v) for k, v in art.state_dict.items() if k.startswith(prefix) and k.endswith(".weight"))
-    first = heads[0][1]  # Linear(width, dim): the pooled features are its input, the hidden layer its output
-    return int(first.shape[1] if layer == "pooled" else first.shape[0])
+    first = next(m for m in head.modules() if isinstance(m, torch.nn.Linear))
+    return first.in_features if layer == "pooled" else first.out_features

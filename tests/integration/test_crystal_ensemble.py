@@ -10,7 +10,7 @@ import torch
 from torch_geometric.data import Batch
 
 from sciml.cli.main import main
-from sciml.core.io.artifact import ArtifactError, load_artifact
+from sciml.core.io.artifact import ArtifactError
 from sciml.core.io.checkpoint import load_lightning_checkpoint
 from sciml.core.training.init import init_weights
 from sciml.crystal.artifact import embedding_dim, load_model
@@ -60,7 +60,7 @@ def test_ensemble_is_exported_calibrated_and_predicts_the_members_mean(tiny_run,
 
     # a domain test reads the first member's embedding; its width checks domain.json when an ensemble loads
     pooled = predictor.module.net.embed(batch)
-    assert embedding_dim(load_artifact(artifact, task="crystal"), "pooled") == pooled.shape[1]
+    assert embedding_dim(predictor.module.net.head, "pooled") == pooled.shape[1]
     out = tmp_path / "preds.csv"
     assert main(["crystal", "predict", "--model", str(artifact), str(tiny_run["data"]), "--output", str(out)]) in (0, 3)
     rows = pd.read_csv(out, comment="#")
