@@ -173,3 +173,21 @@ def test_shift_aware_refuses_stale_scores_after_the_calibrator_was_replaced(doma
     assert predict(structures, model=predictor)["domain_pvalue"].notna().all()  # the p-values stay valid
     with pytest.raises(ValueError, match="stale"):
         predict(structures, model=predictor, shift_aware=True)
+
+
+def test_domain_of_another_width_is_refused_with_the_fix(domain_run, tmp_path):
+    """A domain.json whose embeddings do not fit the network (checksum intact) names the file and says re-export."""
+    import shutil
+
+    from sciml.core.io.artifact import add_extra_files
+    from sciml.crystal.artifact import embedding_dim
+
+    copy = tmp_path / "copy"
+    shutil.copytree(domain_run["artifact"], copy)
+    domain = json.loads((copy / "domain.json").read_text())
+    head = load_model(copy).module.net.head
+    other = "hidden" if domain["layer"] == "pooled" else "pooled"
+    assert embedding_dim(head, other) != embedding_dim(head, domain["layer"])  # else this test proves nothing
+    add_extra_files(copy, {"domain.json": domain | {"layer": other}})
+    with pytest.raises(ArtifactError, match=r"domain\.json: embedding dimension \d+ does not fit .*re-export"):
+        load_model(copy)
