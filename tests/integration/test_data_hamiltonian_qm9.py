@@ -84,6 +84,8 @@ def test_shards_partition_a_seeded_selection(tmp_path, capsys):
     assert qm9.parse_indices("1,2,5-7") == [1, 2, 5, 6, 7] and qm9.parse_shard("2/3") == (2, 3)
     acetylene = qm9.qm9_molecules([4])[0]  # its CSV writes coordinates as 0. and 1.
     assert acetylene.formula == "C2H2" and acetylene.positions[0] == (0.5995394918, 0.0, 1.0)
+    with pytest.raises(ValueError, match="unknown QM9 index 200000"):
+        qm9.qm9_molecules([4, 200000])
     out = tmp_path / "q"
     assert main(["data", "hamiltonian", *CPU, "--indices", "1-3", "--shard", "1/2", "--basis", "sto-3g",
                  "--out", str(out)]) == 0

@@ -93,10 +93,7 @@ def select_indices(n: int | None = None, seed: int = 0, indices: list[int] | Non
     table = qm9_table()
     ok = table["n_heavy"] <= max_heavy_atoms if max_heavy_atoms is not None else table["n_heavy"] >= 0
     if indices is not None:
-        unknown = [i for i in indices if i not in table.index]
-        if unknown:
-            raise ValueError(f"unknown QM9 index {unknown[0]} ({len(unknown)} unknown); QM9 indices run from "
-                             f"{table.index.min()} to {table.index.max()} with gaps (inconsistent molecules removed)")
+        _check_known(table, indices)
         big = [i for i in indices if not ok[i]]
         if big:
             raise ValueError(f"QM9 index {big[0]} has {table['n_heavy'][big[0]]} heavy atoms, more than "
@@ -129,11 +126,20 @@ def shard_indices(selected: list[int], i: int, k: int) -> list[int]:
     return sorted(selected)[i::k]
 
 
+def _check_known(table, indices: list[int]) -> None:
+    """Refuse indices QM9 does not have (one line naming the first)."""
+    unknown = [i for i in indices if i not in table.index]
+    if unknown:
+        raise ValueError(f"unknown QM9 index {unknown[0]} ({len(unknown)} unknown); QM9 indices run from "
+                         f"{table.index.min()} to {table.index.max()} with gaps (inconsistent molecules removed)")
+
+
 def qm9_molecules(indices: list[int]) -> list[QM9Molecule]:
     """Read the geometries of ``indices`` (QM9 indices) from the CSVs; only their rows are parsed."""
     import pandas as pd
 
     table, folder, out = qm9_table(), _data_folder(), {}
+    _check_known(table, indices)
     rows = table.loc[list(indices)]
     for part, group in rows.groupby("part"):
         wanted = set((group["row"] + 1).tolist())  # +1: the header line
