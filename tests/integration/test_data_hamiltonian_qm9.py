@@ -230,3 +230,23 @@ def test_cpu_path_without_cuda(monkeypatch):
     assert dft.__name__ == "pyscf.dft" and scf.__name__ == "pyscf.scf"
     with pytest.raises(RuntimeError, match="--device gpu needs gpu4pyscf and a CUDA GPU"):
         generate.scf_device("gpu")
+
+
+def test_reference_fock_is_built_directly_and_matches_the_stored_integrals(monkeypatch):
+    """The final exact build contracts the integrals directly (none stored) and equals pyscf's stored-integral build."""
+    from dataclasses import replace
+
+    from pyscf.scf import hf
+
+    mol = generate.pyscf_molecule((8, 1, 1), np.asarray(qm9.qm9_molecules([3])[0].positions), "def2-svp")
+    rng = np.random.default_rng(0)
+    c = rng.normal(size=(mol.nao, 5))
+    dm = 2 * c @ c.T / mol.nao  # symmetric, not converged: the two builds must agree for any density
+    cheap = generate.SCFSettings(density_fit=True, grid_level=1, final_build=True, device="cpu")
+    stored_build = hf.dot_eri_dm
+    with monkeypatch.context() as m:
+        m.setattr(hf, "dot_eri_dm", lambda *a, **k: pytest.fail("the reference build stored the integrals"))
+        direct = generate.reference_fock(mol, cheap, "cpu", dm)
+    stored = generate.mean_field(mol, replace(cheap, density_fit=False, grid_level=3), "cpu")
+    assert np.abs(direct - stored.get_fock(dm=dm)).max() < 1e-10 and stored._eri is not None
+    assert hf.dot_eri_dm is stored_build
