@@ -34,16 +34,13 @@ RESULTS = Path(__file__).resolve().parent / "results" / "hamiltonian_engine_spee
 
 def stored_h(mol, settings, kept: bool) -> tuple[np.ndarray, float, int]:
     """The H ``--final-build`` stores, the SCF seconds and cycles, with or without the kept state."""
-    from dataclasses import replace
-
-    from sciml.hamiltonian.data.generate import REFERENCE_GRID_LEVEL, mean_field
+    from sciml.hamiltonian.data.generate import mean_field, reference_fock
 
     start = time.perf_counter()
     mf = mean_field(mol, settings, "cpu", iterative=kept)
     mf.kernel()
     seconds = time.perf_counter() - start
-    exact = mean_field(mol, replace(settings, density_fit=False, grid_level=REFERENCE_GRID_LEVEL), "cpu")
-    return exact.get_fock(dm=mf.make_rdm1()), seconds, int(mf.cycles)
+    return reference_fock(mol, settings, "cpu", mf.make_rdm1()), seconds, int(mf.cycles)
 
 
 def main(argv=None) -> int:
