@@ -121,7 +121,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default="runs/data/organic-train", help="the recipe's training data folder")
     ap.add_argument("--model", default="checkpoints/organic-pbe-def2svp")
-    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--alpha", type=float, default=0.1)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "hamiltonian_refine_calibration.json"))
     args = ap.parse_args()
@@ -134,7 +134,7 @@ def main() -> None:
     results = evaluate(calib, test, args.alpha)
     chosen = choose(results)
     print("chosen:", chosen, flush=True)
-    out = {"model": args.model, "steps": args.steps, "alpha": args.alpha, "chosen": chosen,
+    out = {"model": args.model, "steps": args.steps, "method": "newton", "alpha": args.alpha, "chosen": chosen,
            "calibration_molecules": sorted({r["molecule"] for r in calib}),
            "test_molecules": sorted({r["molecule"] for r in test}), "variants": results,
            "done_when": {"chosen_test_mean_in_0.85_0.95": 0.85 <= results[chosen]["test_mean"] <= 0.95},

@@ -47,9 +47,9 @@ def add_parser(sub, name: str) -> None:
                    help="molecules: SCF residual |F[D(H)] - H| of each prediction (one more Fock build each, about the "
                         "cost of H0) and, when the model has residual.json, a conformal bound on its H MAE")
     q.add_argument("--refine", type=int, default=0, metavar="K",
-                   help="molecules: refine each prediction by K self-consistent Fock builds (Anderson mixing, the "
-                        "model's H0 method with XC one grid level coarser, corrected at the SAD density; ~5 bring "
-                        "it near the SCF solution); 0: the network's H as it is")
+                   help="molecules: refine each prediction by K self-consistent Fock builds, each followed by a "
+                        "Newton step (the model's H0 method with XC one grid level coarser, corrected at the SAD "
+                        "density; 2 bring it to the SCF solution of those builds); 0: the network's H as it is")
     q.add_argument("--batch-size", type=int, default=16, help="molecules per network call")
     q.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: sciml.core.threads)")
     q.add_argument("--kpath", type=int, default=60, help="crystals: k-points along the high-symmetry path")
@@ -73,7 +73,7 @@ def add_calibrate_parser(verbs) -> None:
                    "path; refine: a folder of data set files of the model's calibration molecules (required)")
     c.add_argument("--alpha", type=float, default=0.1, help="miscoverage (default 0.1)")
     c.add_argument("--output", default=None, help="write the result to this new folder; the model is unchanged")
-    c.add_argument("--steps", type=int, default=5, help="refine: Fock builds K of `predict --refine K` (default 5)")
+    c.add_argument("--steps", type=int, default=2, help="refine: Fock builds K of `predict --refine K` (default 2)")
     c.add_argument("--score", default="normalized", choices=("normalized", "absolute"),
                    help="domain: conformity score of the per-orbital calibrator (default normalized)")
     c.add_argument("--extra-calib", nargs="+", default=None, metavar="NPZ",

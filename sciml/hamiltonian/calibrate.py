@@ -164,7 +164,7 @@ def refined_errors(structures, predictor, steps: int) -> tuple[torch.Tensor, tor
     return torch.cat(scores), torch.cat(changes), torch.cat(groups)
 
 
-def add_refine_calibration(path: str | Path, data: str | Path, steps: int = 5, alpha: float = 0.1) -> dict:
+def add_refine_calibration(path: str | Path, data: str | Path, steps: int = 2, alpha: float = 0.1) -> dict:
     """Fit and add ``refine_calibrator.json`` to a molecule artifact (weights unchanged).
 
     The calibrator and its score: :mod:`sciml.hamiltonian.scf.refine_calibration`. Only molecules the model was not
@@ -200,14 +200,15 @@ def add_refine_calibration(path: str | Path, data: str | Path, steps: int = 5, a
     cal = MondrianConformal(score="normalized", alpha=alpha).fit(errors / sigma, groups)
     fitted = RefinedCalibration(steps, cal, [f.stem for f in files], floor, core=True)
     width = cal.threshold_or_inf(groups, alpha).double() * sigma
-    summary = {"steps": steps, "alpha": alpha, "n_molecules": len(files), "n_structures": len(structures),
+    summary = {"steps": steps, "method": fitted.method, "alpha": alpha, "n_molecules": len(files),
+               "n_structures": len(structures),
                "median_half_width_mev": float(width.median()) * HARTREE_EV * 1e3,
                "floor_mev": floor * HARTREE_EV * 1e3,
                "seconds": round(time.perf_counter() - start, 1)}
     card = with_card_section((Path(path) / "README.md").read_text(), SECTIONS[REFINE_FILE], (
         f"- `sciml hamiltonian predict --refine {steps}` refines each "
-        f"prediction by {steps} self-consistent Fock builds; its orbital-energy intervals come from "
-        f"`{REFINE_FILE}`, Mondrian by orbital (core orbitals one group) on "
+        f"prediction by {steps} self-consistent Fock builds ({fitted.method} steps); its orbital-energy intervals "
+        f"come from `{REFINE_FILE}`, Mondrian by orbital (core orbitals one group) on "
         f"|ε − ε_ref| / (|ε_K − ε_(K−1)| + {floor * HARTREE_EV * 1e3:.2f} meV) of "
         f"{len(structures)} refined conformers of {len(files)} calibration molecules (median half-width "
         f"{summary['median_half_width_mev']:.1f} meV at α = {alpha}), fitted by "

@@ -41,12 +41,14 @@ class RefineRecord:
     steps : Fock builds made.
     residuals : mean ``|F[D(H_i)] − H_i|`` (µHa) of each evaluated iterate ``H_0 … H_{steps−1}``.
     last_change : ``(k,)`` Hartree, each orbital's ``ε_K − ε_{K−1}``: its change in the last build.
+    method : how each build became a step (``"newton"`` or ``"anderson"``).
 
     """
 
     steps: int
     residuals: list[float]
     last_change: np.ndarray
+    method: str = "newton"
 
 
 @dataclass(frozen=True)

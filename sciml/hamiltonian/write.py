@@ -51,7 +51,7 @@ def summary(result: MoleculePrediction, folder: Path, predictor: HamiltonianPred
                 "h_mae_bound_alpha": check.alpha}
     if result.refined is not None:
         rec = result.refined
-        row |= {"refine_steps": rec.steps, "refine_residuals_microhartree": rec.residuals,
+        row |= {"refine_steps": rec.steps, "refine_method": rec.method, "refine_residuals_microhartree": rec.residuals,
                 "refine_last_change_hartree": rec.last_change.tolist()}
     gap = result.gap
     if gap is not None:

@@ -1,9 +1,10 @@
 """Self-consistent refinement of a predicted H (sciml.hamiltonian.scf.refine) and its Fock builds.
 
 Checked against pyscf's own fixed point on water (PBE/def2-SVP, the ``"fast"`` builder, ~3 s): a converged SCF
-is left where it is, a start as far off as the SAD guess (H0) converges to it, cached AO values give the same Fock
-matrices, and the two-grid builds (sciml.hamiltonian.scf.two_grid) meet their defining identities and land near
-the fine fixed point. Anderson's weights are checked against their closed form.
+is left where it is, a start as far off as the SAD guess (H0) converges to it (Newton steps superlinearly), cached AO
+values give the same Fock matrices, and the two-grid builds (sciml.hamiltonian.scf.two_grid) meet their defining
+identities and land near the fine fixed point. Anderson's weights are checked against their closed form, the density
+response against finite differences.
 """
 
 from __future__ import annotations
@@ -11,7 +12,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sciml.hamiltonian.scf.refine import anderson_weights, density_matrix, refine
+from sciml.hamiltonian.scf.refine import (
+    NEWTON_TOL,
+    anderson_weights,
+    density_matrix,
+    density_response,
+    refine,
+    solver_response,
+)
 
 WATER = (np.array([8, 1, 1]), np.array([[0.0, 0.0, 0.117], [0.0, 0.757, -0.469], [0.0, -0.757, -0.469]]))
 
@@ -93,30 +101,72 @@ def test_two_grid_builds_equal_h0_at_its_density_and_differ_by_the_grid_correcti
     np.testing.assert_allclose(direct(other), level0.get_fock(dm=other), rtol=0, atol=1e-12)
 
 
-def test_refinement_converges_to_the_scf_and_keeps_a_converged_h():
-    pytest.importorskip("pyscf")
+def _converged_water():
     mf = _water_solver(keep_factors=True)
     mf.conv_tol = 1e-12
     mf.kernel()
     assert mf.converged
+    return mf
+
+
+@pytest.mark.parametrize("method", ["newton", "anderson"])
+def test_refinement_converges_to_the_scf_and_keeps_a_converged_h(method):
+    pytest.importorskip("pyscf")
+    mf = _converged_water()
     scf, s = mf.get_fock(), mf.get_ovlp()
 
     def fock(dens):
         return mf.get_fock(dm=dens)
 
+    def run(h, steps, **kw):
+        return refine(h, fock, s, 5, steps, method, response=lambda c, n: solver_response(mf, c, n), **kw)
+
     h0 = mf.get_fock(dm=mf.get_init_guess(key="minao"))
     start = np.abs(h0 - scf).mean()
-    out = refine(h0, fock, s, 5, 10)
-    assert out.steps == 10 and len(out.residuals) == 10
+    out = run(h0, 10)
+    assert out.steps == 10 and len(out.residuals) == 10 and out.method == method
     assert np.abs(out.hamiltonian - scf).mean() < 1e-4 * start  # µHa-level from a start ~10 mHa off
     assert out.residuals[-1] < 1e-3 * out.residuals[0]
     np.testing.assert_allclose(out.hamiltonian, out.hamiltonian.T, rtol=0, atol=1e-14)
-    kept = refine(scf, fock, s, 5, 3)  # at the fixed point the residual is pyscf's convergence level
+    kept = run(scf, 3)  # at the fixed point the residual is pyscf's convergence level
     assert np.abs(kept.hamiltonian - scf).max() < 1e-6 and max(kept.residuals) < 1.0
-    assert refine(h0, fock, s, 5, 0).hamiltonian is h0
-    curve = refine(h0, fock, s, 5, 4, keep_history=True).history  # a run of k builds ends where step k of it is
+    assert run(h0, 0).hamiltonian is h0
+    curve = run(h0, 4, keep_history=True).history  # a run of k builds ends where step k of it is
     assert len(curve) == 4
-    np.testing.assert_allclose(curve[1], refine(h0, fock, s, 5, 2).hamiltonian, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(curve[1], run(h0, 2).hamiltonian, rtol=0, atol=1e-12)
+
+
+def test_newton_steps_converge_superlinearly_where_anderson_halves_the_error():
+    """Near the fixed point a Newton step leaves its linear solve's tolerance of the error, plus O(error²)."""
+    pytest.importorskip("pyscf")
+    mf = _converged_water()
+    scf, s = mf.get_fock(), mf.get_ovlp()
+    h0 = mf.get_fock(dm=mf.get_init_guess(key="minao"))
+    errors = {}
+    for method in ("newton", "anderson"):
+        out = refine(h0, lambda d: mf.get_fock(dm=d), s, 5, 4, method,
+                     response=lambda c, n: solver_response(mf, c, n), keep_history=True)
+        errors[method] = [np.abs(h - scf).mean() for h in [h0, *out.history]]
+        assert (out.products > 0) == (method == "newton")
+    newton, anderson = errors["newton"], errors["anderson"]
+    assert all(after <= 2 * NEWTON_TOL * before for before, after in zip(newton[2:], newton[3:], strict=False))
+    assert newton[2] < 1e-2 * anderson[2] and newton[4] < 1e-6 * newton[0]  # water: 1e-3 against 0.1 of the start
+
+
+def test_density_response_is_the_derivative_of_the_density():
+    """χ₀[v] = (D(H + t v) − D(H − t v)) / 2t to O(t²), for a symmetric v."""
+    pytest.importorskip("pyscf")
+    from scipy.linalg import eigh
+
+    mf = _converged_water()
+    h, s = mf.get_fock(), mf.get_ovlp()
+    rng = np.random.default_rng(0)
+    v = rng.normal(scale=1e-2, size=h.shape)
+    v = v + v.T
+    t = 1e-4
+    numeric = (density_matrix(h + t * v, s, 5) - density_matrix(h - t * v, s, 5)) / (2 * t)
+    analytic = density_response(*eigh(h, s), 5)(v)
+    np.testing.assert_allclose(analytic, numeric, rtol=0, atol=1e-6 * np.abs(numeric).max())
 
 
 def test_two_grid_refinement_lands_within_the_change_of_the_grid_correction():
@@ -162,12 +212,13 @@ def test_two_grid_builds_go_one_level_down_and_keep_a_converged_full_h0_scf():
     assert np.abs(out.hamiltonian - scf).mean() < 1e-7  # 0.03 µHa (level 0 would drift ~30 µHa)
 
 
-@pytest.mark.parametrize(("steps", "beta", "depth", "match"), [(-1, 0.5, 6, "steps"), (2, 0.0, 6, "beta"),
-                                                               (2, 0.5, 0, "depth")])
-def test_refine_refuses_bad_settings(steps, beta, depth, match):
+@pytest.mark.parametrize(("steps", "method", "beta", "depth", "match"), [
+    (-1, "anderson", 0.5, 6, "steps"), (2, "anderson", 0.0, 6, "beta"), (2, "anderson", 0.5, 0, "depth"),
+    (2, "broyden", 0.5, 6, "unknown refinement method 'broyden'"), (2, "newton", 0.5, 6, "pass response=")])
+def test_refine_refuses_bad_settings(steps, method, beta, depth, match):
     eye = np.eye(2)
     with pytest.raises(ValueError, match=match):
-        refine(eye, lambda d: eye, eye, 1, steps, beta, depth)
+        refine(eye, lambda d: eye, eye, 1, steps, method, beta=beta, depth=depth)
 
 
 def test_refined_calibration_refuses_molecules_outside_the_calibration_split(tmp_path):
@@ -206,6 +257,11 @@ def test_refined_calibration_round_trip_and_bad_steps():
         RefinedCalibration.from_dict(RefinedCalibration(0, cal).to_dict())
     with pytest.raises(ValueError, match="floor"):
         RefinedCalibration.from_dict(RefinedCalibration(5, cal, floor=0.0).to_dict())
+    assert again.method == "newton"  # a file without the field was fitted with Anderson steps, which it names
+    older = {k: v for k, v in again.to_dict().items() if k != "method"}
+    assert RefinedCalibration.from_dict(older).method == "anderson"
+    with pytest.raises(ValueError, match="unknown refinement method"):
+        RefinedCalibration.from_dict(again.to_dict() | {"method": "broyden"})
 
 
 def test_core_orbitals_get_their_own_refined_group():

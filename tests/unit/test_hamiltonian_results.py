@@ -60,11 +60,13 @@ def test_summary_holds_every_field_in_hartree_and_ev_in_file_order():
     assert list(row) == ["source", "folder", "n_occupied", "alpha", "basis", "xc", "orbital_energies_hartree",
                          "lower_hartree", "upper_hartree", "orbital_energies_ev", "lower_ev", "upper_ev", "homo_ev",
                          "domain_pvalue", "in_domain", "domain_beta", "intervals", "interval_guarantee", "note",
-                         "refine_steps", "refine_residuals_microhartree", "refine_last_change_hartree", "lumo_ev",
+                         "refine_steps", "refine_method", "refine_residuals_microhartree", "refine_last_change_hartree",
+                         "lumo_ev",
                          "gap_ev", "gap_lower_ev", "gap_upper_ev"]
     assert row["orbital_energies_hartree"] == res.orbital_energies.tolist()
     assert row["gap_ev"] == res.gap.gap * HARTREE_EV and row["homo_ev"] == -0.4 * HARTREE_EV
     assert row["refine_steps"] == 2 and row["refine_residuals_microhartree"] == [700.0, 40.0]
+    assert row["refine_method"] == "newton"
     assert "scf_residual_microhartree" not in row
     check = check_residual(100.0, ResidualBound.fit({f"m{i}": [0.1 * i] for i in range(1, 10)}, 0.1), None)
     assert check.bound == pytest.approx(90.0) and check.alpha == 0.1 and "H MAE <= 90" in check.text

@@ -13,11 +13,11 @@ moving) and ``m`` the median of that change over the calibration orbitals (so th
 width of the typical size). The interval is ``ε_K ± q_g (|ε_K − ε_{K−1}| + m)``. The core orbitals (the lowest
 ``Σ chemcore(Z)`` of each molecule, 1s of C/N/O) form one group of their own (``CORE_GROUP``): counted from the
 HOMO they would share a group with valence orbitals of larger molecules, and their refined errors are larger. It
-is stored as ``refine_calibrator.json`` and used by ``predict --refine K`` with the same ``K``; the intervals then
-hold for molecules drawn like the calibration molecules, as the unrefined ones do. Why this score and the core
-group (leave-one-molecule-out on the organic model's calibration molecules): ``docs/hamiltonian.md``. A file
-without ``floor`` holds the absolute score; one without ``core`` groups core orbitals from the HOMO like the
-others. It is fitted by :func:`sciml.hamiltonian.calibrate.add_refine_calibration`
+is stored as ``refine_calibrator.json`` and used by ``predict --refine K`` with the same ``K`` and refinement
+method; the intervals then hold for molecules drawn like the calibration molecules, as the unrefined ones do. Why
+this score and the core group (leave-one-molecule-out on the organic model's calibration molecules):
+``docs/hamiltonian.md``. A file without ``floor`` holds the absolute score; one without ``core`` groups core
+orbitals from the HOMO like the others. It is fitted by :func:`sciml.hamiltonian.calibrate.add_refine_calibration`
 (``sciml hamiltonian calibrate --operation refine``).
 """
 
@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+
+from sciml.hamiltonian.scf.refine import METHODS
 
 REFINE_FILE = "refine_calibrator.json"
 CORE_GROUP = 1000  # Mondrian group of core orbitals; above every HOMO-relative group, so never pooled with deep ones
@@ -66,6 +68,8 @@ class RefinedCalibration:
     molecules : the calibration molecules.
     floor : ``m``, Hartree: the median last-build change of the calibration orbitals.
     core : whether core orbitals have their own group (``CORE_GROUP``); False in files without the field.
+    method : the refinement it was fitted for (:data:`sciml.hamiltonian.scf.refine.METHODS`); ``"anderson"`` in
+        files without the field.
 
     """
 
@@ -74,10 +78,11 @@ class RefinedCalibration:
     molecules: list[str] = field(default_factory=list)
     floor: float | None = None
     core: bool = False
+    method: str = "newton"
 
     def to_dict(self) -> dict:
-        return {"steps": self.steps, "calibrator": self.calibrator.to_dict(), "molecules": self.molecules,
-                "floor": self.floor, "core": self.core}
+        return {"steps": self.steps, "method": self.method, "calibrator": self.calibrator.to_dict(),
+                "molecules": self.molecules, "floor": self.floor, "core": self.core}
 
     @classmethod
     def from_dict(cls, data: dict) -> RefinedCalibration:
@@ -89,8 +94,11 @@ class RefinedCalibration:
         floor = data.get("floor")
         if floor is not None and not (math.isfinite(floor) and floor > 0):
             raise ValueError(f"floor must be a finite number > 0 (Hartree), got {floor}")
+        method = str(data.get("method", "anderson"))
+        if method not in METHODS:
+            raise ValueError(f"unknown refinement method {method!r}; use one of {', '.join(METHODS)}")
         return cls(steps, calibrator_from_dict(data["calibrator"]), [str(m) for m in data.get("molecules", [])],
-                   None if floor is None else float(floor), bool(data.get("core", False)))
+                   None if floor is None else float(floor), bool(data.get("core", False)), method)
 
     def scale(self, change: np.ndarray) -> np.ndarray:
         """``|ε_K − ε_{K−1}| + m`` (Hartree) of the last-build changes ``change`` (ones for the absolute score)."""

@@ -58,10 +58,24 @@ class TwoGridFock:
     def __call__(self, dens: np.ndarray) -> np.ndarray:
         if not self.corrected:
             return self.fine.get_fock(dm=dens)
+        return self._builder().get_fock(dm=dens) + self._correction
+
+    def response(self, c: np.ndarray, n_occupied: int):
+        """``δD -> ∂F̃/∂D [δD]`` (nao, nao) at the closed-shell density of orbitals ``c`` (nao, nmo).
+
+        The correction is constant, so this is the builder's own kernel (coarse-grid XC kernel, shared Coulomb):
+        what a Newton step of the refinement needs (:func:`sciml.hamiltonian.scf.refine.solver_response`).
+        """
+        from sciml.hamiltonian.scf.refine import solver_response
+
+        return solver_response(self._builder() if self.corrected else self.fine, c, n_occupied)
+
+    def _builder(self):
+        """The coarse solver, made (with the correction at ``D_0``) on first use."""
         if self._coarse is None:
             self._coarse = self._coarse_solver()
             self._correction = self.h0 - self._coarse.get_fock(dm=self.d0)
-        return self._coarse.get_fock(dm=dens) + self._correction
+        return self._coarse
 
     def _coarse_solver(self):
         from pyscf.dft import gen_grid
