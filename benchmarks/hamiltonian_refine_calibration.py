@@ -13,9 +13,9 @@ grouped from the HOMO like the others or in one group of their own. For every va
 The rule (written before any of it ran): among variants with leave-one-out mean coverage in [0.87, 0.93], the one
 with the highest worst-quarter mean (within 0.01: the narrower); held-out molecules are not read here::
 
-    OMP_NUM_THREADS=1 python benchmarks/hamiltonian_refine_calibration.py --data runs/data/organic-train
+    OMP_NUM_THREADS=1 python benchmarks/hamiltonian_refine_calibration.py --data runs/data/organic-train --steps 2
 
-writes ``benchmarks/results/hamiltonian_refine_calibration.json`` (about 4 minutes on one core).
+writes ``benchmarks/results/hamiltonian_refine_calibration.json`` (about 3 minutes on one core).
 """
 
 from __future__ import annotations

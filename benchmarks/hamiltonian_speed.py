@@ -36,7 +36,9 @@ Usage::
     OMP_NUM_THREADS=1 python benchmarks/hamiltonian_speed.py --refine 5 --only water,ethanol,uracil,indole
 
 With ``--refine K`` every size also runs ``predict --refine K`` (label ``model_refined``) beside the plain command
-on the same conformers, and the result goes to key ``"speed_refine"`` (the plain table under ``"speed"`` is kept);
+on the same conformers, and each SCF conformer also gets the baselines of ``_scf_baselines`` (the SCF stopped once
+its H is as accurate as the refined prediction's, ``stopped_over_predict``; the density-fitted SCF,
+``density_fit_over_predict``); the result goes to key ``"speed_refine"`` (the plain table under ``"speed"`` is kept);
 ``--key`` names another key (e.g. ``speed_refine_large`` for ``--only uracil,indole,uracil_dimer,adenine_thymine``).
 """
 
@@ -161,17 +163,39 @@ def kernel_cpu(record: list):
         hf.SCF.kernel = original
 
 
-def time_scf(numbers, positions) -> dict:
-    """The SCF of ``sciml data hamiltonian`` (default settings, one thread) per conformer: kernel wall and CPU."""
+def time_scf(numbers, positions, ours: list[np.ndarray] | None = None) -> dict:
+    """The SCF of ``sciml data hamiltonian`` (default settings, one thread) per conformer: kernel wall and CPU.
+
+    ``ours``: a prediction's H (pyscf order) of each conformer; then also the baselines of :mod:`_scf_baselines`
+    (the SCF stopped once as accurate as ours, the density-fitted SCF) and our H MAE against the SCF.
+    """
+    from _scf_baselines import density_fitted_scf, stopped_seconds, traced_kernels
+
     from sciml.hamiltonian.data.generate import SCFSettings, run_molecule_scf
 
-    wall, cpu, converged = [], [], []
-    for pos in positions:
-        with kernel_cpu(cpu):
+    out = {key: [] for key in ("scf_seconds", "scf_cpu_seconds", "ours_h_mae_microhartree", "stopped_seconds",
+                               "stopped_cycles", "scf_cycles", "density_fit_seconds", "density_fit_h_mae_microhartree")}
+    converged = []
+    for k, pos in enumerate(positions):
+        trace = []
+        with kernel_cpu(out["scf_cpu_seconds"]), traced_kernels(trace):
             res = run_molecule_scf(numbers, pos, SCFSettings(threads=1))
-        wall.append(res["scf_seconds"])
+        out["scf_seconds"].append(res["scf_seconds"])
         converged.append(res["converged"])
-    return {"scf_seconds": wall, "scf_cpu_seconds": cpu, "converged": all(converged)}
+        if ours is None:
+            continue
+        h = res["mats"]["H"]
+        error = float(np.abs(ours[k] - h).mean() * 1e6)
+        seconds, cycles = stopped_seconds(trace, h, error)
+        fitted = density_fitted_scf(numbers, pos)
+        out["ours_h_mae_microhartree"].append(error)
+        out["stopped_seconds"].append(seconds)
+        out["stopped_cycles"].append(cycles)
+        out["scf_cycles"].append(res["scf_cycles"])
+        out["density_fit_seconds"].append(fitted["seconds"])
+        out["density_fit_h_mae_microhartree"].append(float(np.abs(fitted["H"] - h).mean() * 1e6))
+        converged.append(fitted["converged"])
+    return {key: value for key, value in out.items() if value} | {"converged": all(converged)}
 
 
 def ratios(row: dict, key: str) -> dict:
@@ -189,6 +213,10 @@ def ratios(row: dict, key: str) -> dict:
            "scf_over_predict_marginal": _median_ratio(scf, cmd["rounds_stage_seconds"]),
            "scf_over_h0_bound": float(np.median(row["scf_seconds"])) / (cmd["stages_seconds"]["h0_overlap"] / n)}
     out["break_even_n_10x"] = math.ceil(10 * fixed / (median - 10 * marginal)) if median > 10 * marginal else None
+    for base in ("stopped", "density_fit"):  # the SCF baselines of a refined run (_scf_baselines)
+        if f"{base}_seconds" in row:
+            out[f"{base}_over_predict"] = _median_ratio(_round_means(row, f"{base}_seconds") * n,
+                                                        cmd["rounds_wall_seconds"])
     return out
 
 
@@ -226,9 +254,13 @@ def measure(name: str, n: int, n_scf: int, models: dict, work: Path, rounds: int
     for r, share in enumerate(np.array_split(np.arange(n_scf), min(rounds, n_scf))):
         for label, (model, refine) in models.items():
             runs[label].append(time_command(model, paths, work / f"{name}-{label}-out", refine))
-        scf = time_scf(numbers, positions[share])
-        for key in ("scf_seconds", "scf_cpu_seconds"):
-            row[key] += scf[key]
+        refined = work / f"{name}-model_refined-out"
+        ours = ([np.load(refined / f"{name}_{k:02d}" / "hamiltonian.npy") for k in share]
+                if "model_refined" in models else None)
+        scf = time_scf(numbers, positions[share], ours)
+        for key, values in scf.items():
+            if key != "converged":
+                row.setdefault(key, []).extend(values)
         row["scf_round"] += [r] * len(share)
         row["converged"] &= scf["converged"]
     for label, timed in runs.items():

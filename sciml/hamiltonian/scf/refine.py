@@ -2,21 +2,23 @@ r"""Self-consistent refinement of a predicted Hamiltonian: a few Fock builds, ea
 
 The Kohn–Sham Hamiltonian is the fixed point of ``g(H) = F[D(H)]``: diagonalise ``H C = S C ε``, fill the lowest
 ``n_occ`` orbitals (:func:`density_matrix`), build the Fock matrix of that density. A prediction ``H_0`` near the
-fixed point is refined by ``steps`` builds of ``g``, each turned into a step in one of two ways (``method``):
+fixed point is refined by ``steps`` builds of ``g``, each turned into a step in one of three ways (``method``):
 
-``"newton"`` (default)
+``"newton"`` (default) and ``"newton-xc"``
     Solve the linearised fixed-point equation for the step ``δ`` with residual ``r = g(H) − H``:
 
         (1 − K χ₀) δ = r,        χ₀[v] = 2 Σ_{i occ, a virt} (C_a C_iᵀ + C_i C_aᵀ) (C_aᵀ v C_i) / (ε_i − ε_a),
 
     ``χ₀`` the first-order change of the density with ``H`` (the independent-particle response of the current
-    orbitals) and ``K = ∂F/∂D`` the Kohn–Sham kernel of the same builds (Coulomb, XC kernel, exact exchange where
-    the functional has it: pyscf's ``gen_response``), by GMRES (Saad & Schultz 1986) to relative tolerance
-    :data:`NEWTON_TOL`. ``1 − K χ₀`` is the SCF's dielectric operator, so this is the dielectric
-    preconditioning of SCF cycles (Ho, Ihm & Joannopoulos 1982, PRB 25, 4260; Anglade & Gonze 2008, PRB 78,
-    045126) with the exact response of the iterate: the error after a step is second order in the error before
-    it. The products ``K χ₀ v`` are response builds of trial densities, not Fock builds; their count and cost are
-    in :attr:`Refinement.products` and ``docs/benchmarks.md``.
+    orbitals), by GMRES (Saad & Schultz 1986) to relative tolerance :data:`NEWTON_TOL`. ``K`` approximates
+    ``∂F/∂D``: ``"newton"`` takes its Coulomb part ``v_H`` alone, so ``1 − v_H χ₀`` is the RPA dielectric operator
+    of the dielectric-matrix scheme (Ho, Ihm & Joannopoulos 1982, PRB 25, 4260; Anglade & Gonze 2008, PRB 78,
+    045126); each product is one Coulomb build of a trial density (for the fast H0, a contraction of the kept
+    density-fitting factors), and what a step leaves is the XC kernel's share of the response. ``"newton-xc"``
+    takes the whole Kohn–Sham kernel of the builds (Coulomb, XC kernel on the builds' grid, exact exchange where
+    the functional has it: pyscf's ``gen_response``): the exact Jacobian, so the error after a step is second order
+    in the error before it, at an XC-kernel integration per product. The products are not Fock builds; their count
+    is :attr:`Refinement.products`, their cost is in ``docs/benchmarks.md``.
 ``"anderson"``
     Anderson mixing (Anderson 1965; Walker & Ni 2011, SIAM J. Numer. Anal. 49, 1715): with residuals
     ``r_i = g(H_i) − H_i`` of the last ``depth`` iterates,
@@ -41,7 +43,9 @@ import numpy as np
 #: AO values and density-fitting factors the refinement's builds may keep (MB); see ``TwoGridFock(cache_mb=...)``
 CACHE_MB = 1024.0
 #: how a build becomes a step (module docstring); the first is the default
-METHODS = ("newton", "anderson")
+METHODS = ("newton", "newton-xc", "anderson")
+#: the kernel K each Newton method uses (:func:`solver_response`)
+KERNELS = {"newton": "coulomb", "newton-xc": "kohn-sham"}
 #: Anderson mixing: β (fraction of the residual taken) and the number of iterates combined
 BETA, DEPTH = 0.5, 6
 #: Newton steps: GMRES's relative tolerance and its most response products per step
@@ -61,8 +65,8 @@ class Refinement:
     steps : Fock builds made.
     history : with ``refine(..., keep_history=True)``: ``H_1 … H_steps``, the result after each build (a run of
         ``k`` builds ends at ``history[k − 1]``).
-    method : ``"newton"`` or ``"anderson"`` (module docstring).
-    products : response products ``K χ₀ v`` made by the Newton steps (0 for Anderson).
+    method : one of :data:`METHODS` (module docstring).
+    products : kernel products ``K χ₀ v`` made by the Newton steps (0 for Anderson).
 
     """
 
@@ -106,8 +110,14 @@ def density_response(eps: np.ndarray, c: np.ndarray, n_occupied: int):
     return chi0
 
 
-def solver_response(solver, c: np.ndarray, n_occupied: int):
-    """``δD -> K[δD]`` (nao, nao): the Kohn–Sham kernel of the pyscf mean-field ``solver`` at the density of ``c``."""
+def solver_response(solver, c: np.ndarray, n_occupied: int, kernel: str = "coulomb"):
+    """``δD -> K[δD]`` (nao, nao) of the pyscf mean-field ``solver``, at the density of orbitals ``c`` (nao, nmo).
+
+    ``kernel``: ``"coulomb"`` (the Coulomb matrix of ``δD``, the way ``solver`` builds it) or ``"kohn-sham"`` (the
+    whole linear response of its Fock matrix, pyscf's ``gen_response``).
+    """
+    if kernel == "coulomb":
+        return lambda dens: solver.get_j(solver.mol, dens, hermi=1)
     mo_occ = np.zeros(c.shape[1])
     mo_occ[:n_occupied] = 2.0
     return solver.gen_response(mo_coeff=c, mo_occ=mo_occ, hermi=1)
@@ -159,10 +169,11 @@ def refine(h: np.ndarray, fock, s: np.ndarray, n_occupied: int, steps: int, meth
     steps : int
         Fock builds (0 returns ``h`` unchanged).
     method : str
-        ``"newton"`` or ``"anderson"`` (:data:`METHODS`).
+        One of :data:`METHODS`.
     response : callable, optional
-        Newton: ``(C, n_occupied) -> (δD -> K[δD])``, the kernel of ``fock``'s builds at the orbitals ``C``;
-        default ``fock.response`` (:class:`~sciml.hamiltonian.scf.two_grid.TwoGridFock` has one).
+        Newton: ``(C, n_occupied, kernel) -> (δD -> K[δD])``, the kernel (:data:`KERNELS`) of ``fock``'s builds at
+        the orbitals ``C``; default ``fock.response`` (:class:`~sciml.hamiltonian.scf.two_grid.TwoGridFock` has
+        one).
     beta : float
         Anderson: mixing fraction in (0, 1].
     depth : int
@@ -178,7 +189,8 @@ def refine(h: np.ndarray, fock, s: np.ndarray, n_occupied: int, steps: int, meth
     if method == "anderson" and (not 0 < beta <= 1 or depth < 1):
         raise ValueError(f"need 0 < beta <= 1 and depth >= 1, got beta={beta}, depth={depth}")
     response = response or getattr(fock, "response", None)
-    if method == "newton" and response is None:
+    newton = method in KERNELS
+    if newton and response is None:
         raise ValueError("Newton refinement needs the kernel of the Fock builds: pass response=, or method='anderson'")
     out = Refinement(h, method=method)
     iterates, residuals = [], []
@@ -186,8 +198,9 @@ def refine(h: np.ndarray, fock, s: np.ndarray, n_occupied: int, steps: int, meth
         eps, c = _orbitals(h, s)
         r = fock(_density(eps, c, n_occupied)) - h
         out.residuals.append(float(np.abs(r).mean() * 1e6))
-        if method == "newton":
-            step, made = newton_step(r, density_response(eps, c, n_occupied), response(c, n_occupied))
+        if newton:
+            kernel = response(c, n_occupied, KERNELS[method])
+            step, made = newton_step(r, density_response(eps, c, n_occupied), kernel)
             h, out.products = h + step, out.products + made
         else:
             iterates, residuals = (iterates + [h])[-depth:], (residuals + [r])[-depth:]

@@ -60,15 +60,16 @@ class TwoGridFock:
             return self.fine.get_fock(dm=dens)
         return self._builder().get_fock(dm=dens) + self._correction
 
-    def response(self, c: np.ndarray, n_occupied: int):
-        """``δD -> ∂F̃/∂D [δD]`` (nao, nao) at the closed-shell density of orbitals ``c`` (nao, nmo).
+    def response(self, c: np.ndarray, n_occupied: int, kernel: str = "coulomb"):
+        """``δD -> K[δD]`` (nao, nao): the builder's kernel at the closed-shell density of orbitals ``c`` (nao, nmo).
 
-        The correction is constant, so this is the builder's own kernel (coarse-grid XC kernel, shared Coulomb):
-        what a Newton step of the refinement needs (:func:`sciml.hamiltonian.scf.refine.solver_response`).
+        The correction is constant, so ``∂F̃/∂D`` is the builder's own (coarse-grid XC kernel, shared Coulomb);
+        ``kernel`` as :func:`sciml.hamiltonian.scf.refine.solver_response`. What a Newton step of the refinement
+        needs.
         """
         from sciml.hamiltonian.scf.refine import solver_response
 
-        return solver_response(self._builder() if self.corrected else self.fine, c, n_occupied)
+        return solver_response(self._builder() if self.corrected else self.fine, c, n_occupied, kernel)
 
     def _builder(self):
         """The coarse solver, made (with the correction at ``D_0``) on first use."""
