@@ -175,7 +175,7 @@ _STAGES = (("load", "load model"), ("read", "read"), ("h0_overlap", "pyscf H0+S"
 def _residual_text(res) -> str:
     """The prediction's residual or refinement, for the summary line.
 
-    ``, SCF residual 812 µHa (H MAE <= 2,030 µHa, 90%)`` for ``--residual``, ``, refined (5 Fock builds, last
+    ``, SCF residual 812 µHa (H MAE <= 2,030 µHa, 90%)`` for ``--residual``, ``, refined (2 Fock builds, last
     residual 31 µHa)`` for ``--refine``, else empty.
     """
     if res.refined is not None and res.refined.steps:
