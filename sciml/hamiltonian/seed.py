@@ -2,8 +2,11 @@
 
 The model predicts ``H`` from the molecule's ``H0`` and ``S`` (built its own way,
 :mod:`sciml.hamiltonian.scf.molecule`); the starting density is the closed-shell density of that ``H``: solve
-``H C = S C ε`` and fill the ``n_occ`` lowest orbitals, ``D = 2 C_occ C_occᵀ`` (pyscf AO order). A molecule with an
-element the model never saw starts from pyscf's ``minao`` guess instead. The data engine receives a
+``H C = S C ε`` and fill the ``n_occ`` lowest orbitals, ``D = 2 C_occ C_occᵀ`` (pyscf AO order). With ``refine`` K > 0
+the prediction is first refined by K of the model's own Fock builds with Newton steps
+(:mod:`sciml.hamiltonian.scf.refine`, what ``predict --refine K`` does), which costs less than the SCF cycles it saves
+(``docs/hamiltonian.md``). A molecule with an element the model never saw starts from pyscf's ``minao`` guess
+instead. The data engine receives a
 :class:`ModelGuess` as a plain callable, so ``sciml.hamiltonian.data`` does not import prediction.
 """
 
@@ -29,13 +32,17 @@ class ModelGuess:
         A Hamiltonian model folder or shipped name (:func:`sciml.hamiltonian.artifact.load_model`).
     basis : str
         The SCF's basis; a model trained in another basis is refused here (one-line ValueError).
+    refine : int
+        Fock builds refining the prediction before its density is taken (0: the prediction as it is).
 
     The model loads lazily, once per process (instances are pickled to worker processes by path).
 
     """
 
-    def __init__(self, path: str | Path, basis: str):
-        self.path, self.basis = str(path), basis
+    def __init__(self, path: str | Path, basis: str, refine: int = 0):
+        if refine < 0:
+            raise ValueError(f"--seed-refine must be >= 0 Fock builds, got {refine}")
+        self.path, self.basis, self.refine = str(path), basis, int(refine)
         self._predictor = None
         predictor = self.predictor
         if predictor.periodic:
@@ -45,10 +52,10 @@ class ModelGuess:
                              "give a model of the same basis")
 
     def __getstate__(self) -> dict:
-        return {"path": self.path, "basis": self.basis}
+        return {"path": self.path, "basis": self.basis, "refine": self.refine}
 
     def __setstate__(self, state: dict) -> None:
-        self.path, self.basis, self._predictor = state["path"], state["basis"], None
+        self.path, self.basis, self.refine, self._predictor = state["path"], state["basis"], state["refine"], None
 
     @property
     def predictor(self):
@@ -63,20 +70,26 @@ class ModelGuess:
         """Starting density of one molecule (``numbers`` (n,), ``positions`` (n, 3) Å); None outside the model.
 
         ``zeroth`` (optional): the molecule's ``{"H0", "S"}`` (pyscf order, Hartree) already built by the caller,
-        with how (``xc``, ``grid_level``, ``h0``); used when that is how the model builds H0, else H0 is built here.
+        with how (``xc``, ``grid_level``, ``h0``); used when that is how the model builds H0 and nothing is refined,
+        else H0 is built here (with the Fock builds the refinement needs).
         """
         from sciml.hamiltonian.predict import molecule_structure, predict_structures
         from sciml.hamiltonian.scf.molecule import ZerothStep, check_closed_shell, zeroth_step
-        from sciml.hamiltonian.scf.refine import density_matrix
+        from sciml.hamiltonian.scf.refine import CACHE_MB, density_matrix, refine
 
         p = self.predictor
         if set(int(z) for z in numbers) - set(p.layout.elements()):
             return None
         recipe = (p.xc.lower(), MODEL_GRID_LEVEL, p.h0)
-        if zeroth is not None and (zeroth["xc"].lower(), zeroth["grid_level"], zeroth["h0"]) == recipe:
+        given = zeroth is not None and (zeroth["xc"].lower(), zeroth["grid_level"], zeroth["h0"]) == recipe
+        if given and not self.refine:
             step = ZerothStep(zeroth["H0"], zeroth["S"], check_closed_shell(numbers, "seed"))
         else:
-            step = zeroth_step(numbers, positions, p.basis, p.xc, p.layout, "seed", MODEL_GRID_LEVEL, h0=p.h0)
+            step = zeroth_step(numbers, positions, p.basis, p.xc, p.layout, "seed", MODEL_GRID_LEVEL, h0=p.h0,
+                               cache_mb=CACHE_MB if self.refine else 0.0)
         structure = molecule_structure(numbers, np.asarray(positions, dtype=np.float64), step, p.layout, "seed")
         h = p.layout.to_pyscf(predict_structures([structure], p, alpha=None)[0].hamiltonian, numbers)
+        if self.refine:
+            h = refine(h, step.fock, step.overlap, step.n_occupied, self.refine).hamiltonian
+            step.fock.release()
         return density_matrix(h, step.overlap, step.n_occupied)

@@ -215,10 +215,20 @@ def test_scf_seeded_from_a_model_prediction(tmp_path, capsys):
                                       generate.SCFSettings(device="cpu"))
     h = seeded.to_dense("H", read_npz(out / "qm9_000003.npz")[1], order="pyscf")
     assert np.abs(h - plain["mats"]["H"]).max() < 1e-5  # same converged H from either start
+    refined = tmp_path / "refined"  # the prediction refined by 2 Fock builds first: the same converged H
+    assert main(["data", "hamiltonian", *CPU, "--indices", "3", "--seed-model", "organic-pbe-def2svp",
+                 "--seed-refine", "2", "--out", str(refined)]) == 0
+    assert json.loads((refined / "manifest.json").read_text())["selection"]["seed_refine"] == 2
+    again = read_npz(refined / "qm9_000003.npz")[0][0].to_dense("H", read_npz(refined / "qm9_000003.npz")[1],
+                                                                 order="pyscf")
+    assert np.abs(again - plain["mats"]["H"]).max() < 1e-5
     capsys.readouterr()
     assert main(["data", "hamiltonian", *CPU, "--indices", "3", "--basis", "sto-3g", "--seed-model",
                  "organic-pbe-def2svp", "--out", str(tmp_path / "b")]) == 2
     assert "trained in basis def2-svp, the SCF uses sto-3g" in capsys.readouterr().err
+    assert main(["data", "hamiltonian", *CPU, "--indices", "3", "--seed-refine", "2",
+                 "--out", str(tmp_path / "c")]) == 2
+    assert "--seed-refine refines the prediction of --seed-model" in capsys.readouterr().err
 
 
 def test_cpu_path_without_cuda(monkeypatch):
