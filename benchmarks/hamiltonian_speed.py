@@ -54,7 +54,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -178,7 +178,7 @@ def time_scf(numbers, positions, ours: list[np.ndarray] | None = None) -> dict:
     converged = []
     for k, pos in enumerate(positions):
         trace = []
-        with kernel_cpu(out["scf_cpu_seconds"]), traced_kernels(trace):
+        with kernel_cpu(out["scf_cpu_seconds"]), traced_kernels(trace) if ours is not None else nullcontext():
             res = run_molecule_scf(numbers, pos, SCFSettings(threads=1))
         out["scf_seconds"].append(res["scf_seconds"])
         converged.append(res["converged"])
@@ -255,7 +255,7 @@ def measure(name: str, n: int, n_scf: int, models: dict, work: Path, rounds: int
         for label, (model, refine) in models.items():
             runs[label].append(time_command(model, paths, work / f"{name}-{label}-out", refine))
         refined = work / f"{name}-model_refined-out"
-        ours = ([np.load(refined / f"{name}_{k:02d}" / "hamiltonian.npy") for k in share]
+        ours = ([np.load(refined / paths[k].stem / "hamiltonian.npy") for k in share]
                 if "model_refined" in models else None)
         scf = time_scf(numbers, positions[share], ours)
         for key, values in scf.items():
