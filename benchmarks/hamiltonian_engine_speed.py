@@ -49,6 +49,10 @@ def main(argv=None) -> int:
     ap.add_argument("--indices", type=int, nargs="+", default=[4022, 1189, 5510], help="QM9 indices")
     ap.add_argument("--output", default=str(RESULTS))
     args = ap.parse_args(argv)
+    from sciml.hamiltonian.scf.blas import pyscf_blas_core
+    from sciml.hamiltonian.scf.h0 import import_pyscf
+
+    import_pyscf()
     from pyscf import lib
 
     from sciml.hamiltonian.data.generate import SCFSettings, pyscf_molecule
@@ -71,7 +75,7 @@ def main(argv=None) -> int:
     result = {"command": "python benchmarks/hamiltonian_engine_speed.py " + " ".join(argv or sys.argv[1:]),
               "settings": "PBE/def2-SVP, density fitting, XC grid 1, conv_tol 1e-10, one thread, minao start",
               "molecules": rows, "median_time_ratio": float(np.median([r["time_ratio"] for r in rows])),
-              "platform": platform.platform()}
+              "platform": platform.platform(), "pyscf_blas_core": pyscf_blas_core()}
     write_json(Path(args.output), result)
     print(f"median kept/plain time {result['median_time_ratio']:.2f}; wrote {args.output}")
     return 0

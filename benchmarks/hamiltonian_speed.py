@@ -326,6 +326,10 @@ def main() -> None:
     if not Path(args.model, "config.yaml").is_file():
         raise SystemExit(f"{args.model}: no model artifact (config.yaml); train and export it, or pass --model")
     os.environ["OMP_NUM_THREADS"] = "1"
+    from sciml.hamiltonian.scf.blas import pyscf_blas_core
+    from sciml.hamiltonian.scf.h0 import import_pyscf
+
+    import_pyscf()  # the SCFs here and the predict commands load pyscf's OpenBLAS the same way (scf.blas)
     from pyscf import lib
 
     lib.num_threads(1)
@@ -347,7 +351,8 @@ def main() -> None:
         else str(args.model), "model_data_hash": model_meta.get("data_hash"), "model_note": args.note,
         "model_is_shipped_organic": Path(args.model).resolve() == (ROOT / "checkpoints" / "organic-pbe-def2svp"),
         "water_model": str(Path(args.water_model).name), "threads": 1, "cpus": os.cpu_count(),
-        "machine": platform.processor() or platform.machine(), "seed": SEED, "sigma_angstrom": 0.05,
+        "machine": platform.processor() or platform.machine(), "pyscf_blas_core": pyscf_blas_core(), "seed": SEED,
+        "sigma_angstrom": 0.05,
         "load_average_before": list(load_before), "load_average_after": list(os.getloadavg()),
         "python_imports_seconds": imports, "rounds": args.rounds, "seconds": time.perf_counter() - start,
         "quick": args.quick,

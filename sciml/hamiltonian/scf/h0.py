@@ -34,9 +34,18 @@ XC_WORK_MB = 64
 
 
 def import_pyscf():
-    """Import pyscf or raise a one-line ImportError naming the ``quantum`` extra."""
-    from sciml.core.optional import require
+    """Import pyscf or raise a one-line ImportError naming the ``quantum`` extra.
 
+    The first import loads pyscf's bundled OpenBLAS on the CPU's AVX2 kernel where that library would not find it
+    (:mod:`sciml.hamiltonian.scf.blas`).
+    """
+    import importlib.util
+
+    from sciml.core.optional import require
+    from sciml.hamiltonian.scf.blas import import_pyscf_fast
+
+    if importlib.util.find_spec("pyscf") is not None:
+        import_pyscf_fast()
     return require("pyscf", "quantum")
 
 
