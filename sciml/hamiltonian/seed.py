@@ -70,11 +70,10 @@ class ModelGuess:
         """Starting density of one molecule (``numbers`` (n,), ``positions`` (n, 3) Å); None outside the model.
 
         ``zeroth`` (optional): the molecule's ``{"H0", "S"}`` (pyscf order, Hartree) already built by the caller,
-        with how (``xc``, ``grid_level``, ``h0``); used when that is how the model builds H0 and nothing is refined,
-        else H0 is built here (with the Fock builds the refinement needs).
+        with how (``xc``, ``grid_level``, ``h0``); used when that is how the model builds H0, else H0 is built here.
         """
         from sciml.hamiltonian.predict import molecule_structure, predict_structures
-        from sciml.hamiltonian.scf.molecule import ZerothStep, check_closed_shell, zeroth_step
+        from sciml.hamiltonian.scf.molecule import zeroth_step
         from sciml.hamiltonian.scf.refine import CACHE_MB, density_matrix, refine
 
         p = self.predictor
@@ -82,11 +81,9 @@ class ModelGuess:
             return None
         recipe = (p.xc.lower(), MODEL_GRID_LEVEL, p.h0)
         given = zeroth is not None and (zeroth["xc"].lower(), zeroth["grid_level"], zeroth["h0"]) == recipe
-        if given and not self.refine:
-            step = ZerothStep(zeroth["H0"], zeroth["S"], check_closed_shell(numbers, "seed"))
-        else:
-            step = zeroth_step(numbers, positions, p.basis, p.xc, p.layout, "seed", MODEL_GRID_LEVEL, h0=p.h0,
-                               cache_mb=CACHE_MB if self.refine else 0.0)
+        step = zeroth_step(numbers, positions, p.basis, p.xc, p.layout, "seed", MODEL_GRID_LEVEL, h0=p.h0,
+                           cache_mb=CACHE_MB if self.refine else 0.0,
+                           built={"H0": zeroth["H0"], "S": zeroth["S"]} if given else None)
         structure = molecule_structure(numbers, np.asarray(positions, dtype=np.float64), step, p.layout, "seed")
         h = p.layout.to_pyscf(predict_structures([structure], p, alpha=None)[0].hamiltonian, numbers)
         if self.refine:

@@ -55,7 +55,7 @@ def test_model_guess_uses_the_callers_h0_only_when_built_the_models_way():
 def test_a_refined_guess_starts_nearer_the_scf_density():
     """K Newton-refined builds of the model's H: a starting density nearer the converged one than the plain guess."""
     pytest.importorskip("pyscf")
-    from sciml.hamiltonian.data.generate import SCFSettings, run_molecule_scf
+    from sciml.hamiltonian.data.generate import SCFSettings, run_molecule_scf, zeroth_step_record
 
     numbers = (8, 1, 1)
     water = np.array([[0.0, 0.0, 0.117], [0.0, 0.757, -0.467], [0.0, -0.757, -0.467]])
@@ -65,5 +65,10 @@ def test_a_refined_guess_starts_nearer_the_scf_density():
     scf = density_matrix(res["mats"]["H"], res["mats"]["S"], res["n_occupied"])
     far, near = (np.abs(g(numbers, water) - scf).max() for g in (plain, refined))
     assert near < 0.1 * far  # water: the refined start is ~80x nearer
+    zeroth = zeroth_step_record(numbers, water, SCFSettings(h0=refined.predictor.h0))
+    own = refined(numbers, water)
+    np.testing.assert_allclose(refined(numbers, water, zeroth), own, atol=1e-9)  # the caller's H0: not rebuilt
+    wrong = {**zeroth, "H0": 0.9 * zeroth["H0"]}
+    assert not np.allclose(refined(numbers, water, wrong), own, atol=1e-4)  # ... and it is what the model read
     with pytest.raises(ValueError, match="--seed-refine must be >= 0"):
         ModelGuess("organic-pbe-def2svp", "def2-svp", -1)

@@ -44,14 +44,15 @@ def check_closed_shell(numbers, source: str) -> int:
 
 
 def zeroth_step(numbers, positions, basis: str, xc: str, layout: OrbitalLayout, source: str = "input",
-                grid_level: int = 3, h0: str = "full", cache_mb: float = 0.0) -> ZerothStep:
+                grid_level: int = 3, h0: str = "full", cache_mb: float = 0.0, built: dict | None = None) -> ZerothStep:
     """Overlap ``S`` and ``H0`` (pyscf) of a molecule (``numbers`` ``(n,)``, ``positions`` ``(n, 3)`` Å), model basis.
 
     ``h0`` is how the model's training data built H0 (:mod:`sciml.hamiltonian.scf.h0`: ``"full"`` or ``"fast"``).
     ``cache_mb`` > 0: also the refinement's Fock builds (:class:`~sciml.hamiltonian.scf.two_grid.TwoGridFock`: the
     fine solver with its density-fitting factors, H0 and its density; coarse-grid AO values up to ``cache_mb`` MB
-    once it builds). Raises ImportError (one line) without pyscf, ValueError for an open shell or when pyscf's
-    basis differs from the model's; ``source`` names the molecule in the message.
+    once it builds). ``built``: the molecule's ``{"H0", "S"}`` already built this way (e.g. by the data engine); then
+    only what the Fock builds need is made. Raises ImportError (one line) without pyscf, ValueError for an open shell
+    or when pyscf's basis differs from the model's; ``source`` names the molecule in the message.
     """
     from sciml.hamiltonian.scf.h0 import fock_solver, import_pyscf, zeroth_step_matrices
 
@@ -67,10 +68,13 @@ def zeroth_step(numbers, positions, basis: str, xc: str, layout: OrbitalLayout, 
             raise ValueError(f"{source}: basis {basis!r} gives shells {got.shells_of(z)} for Z={z}, the model was "
                              f"trained with {layout.shells_of(z)}; use the training basis")
     if cache_mb <= 0:
-        out = zeroth_step_matrices(mol, xc, grid_level, h0)
+        out = built or zeroth_step_matrices(mol, xc, grid_level, h0)
         return ZerothStep(out["H0"], out["S"], mol.nelectron // 2)
     from sciml.hamiltonian.scf.two_grid import TwoGridFock
 
     solver = fock_solver(mol, xc, grid_level, h0, keep_factors=True)
-    out = zeroth_step_matrices(mol, xc, grid_level, h0, solver, with_density=True)
+    if built is None:
+        out = zeroth_step_matrices(mol, xc, grid_level, h0, solver, with_density=True)
+    else:
+        out = built | {"D0": solver.get_init_guess(key="minao")}
     return ZerothStep(out["H0"], out["S"], mol.nelectron // 2, TwoGridFock(solver, out["H0"], out["D0"], cache_mb))
