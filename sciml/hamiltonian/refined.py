@@ -16,6 +16,7 @@ import numpy as np
 from sciml.hamiltonian.orbitals import OrbitalLayout
 from sciml.hamiltonian.results import MoleculePrediction, RefineRecord
 from sciml.hamiltonian.scf.molecule import ZerothStep
+from sciml.hamiltonian.scf.refine import DEFAULT_METHOD
 from sciml.hamiltonian.scf.refine_calibration import RefinedCalibration, core_orbitals
 
 __all__ = ["refine_prediction"]
@@ -23,7 +24,7 @@ __all__ = ["refine_prediction"]
 
 def refine_prediction(result: MoleculePrediction, numbers, step: ZerothStep, layout: OrbitalLayout,
                       calibration: RefinedCalibration | None, steps: int, alpha: float | None,
-                      method: str = "newton") -> MoleculePrediction:
+                      method: str = DEFAULT_METHOD) -> MoleculePrediction:
     """``result`` after ``steps`` Fock builds ``step.fock`` (released after), with intervals (module docstring).
 
     Parameters

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from sciml.hamiltonian.scf.refine import DEFAULT_METHOD
 from sciml.hamiltonian.scf.residual import ResidualCheck
 
 __all__ = ["Gap", "MoleculePrediction", "RefineRecord"]
@@ -48,7 +49,7 @@ class RefineRecord:
     steps: int
     residuals: list[float]
     last_change: np.ndarray
-    method: str = "newton"
+    method: str = DEFAULT_METHOD
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ import numpy as np
 CACHE_MB = 1024.0
 #: how a build becomes a step (module docstring); the first is the default
 METHODS = ("newton", "newton-xc", "anderson")
+DEFAULT_METHOD = METHODS[0]
 #: the kernel K each Newton method uses (:func:`solver_response`)
 KERNELS = {"newton": "coulomb", "newton-xc": "kohn-sham"}
 #: Anderson mixing: β (fraction of the residual taken) and the number of iterates combined
@@ -74,7 +75,7 @@ class Refinement:
     residuals: list[float] = field(default_factory=list)
     steps: int = 0
     history: list[np.ndarray] = field(default_factory=list)
-    method: str = "newton"
+    method: str = DEFAULT_METHOD
     products: int = 0
 
 
@@ -152,7 +153,7 @@ def newton_step(r: np.ndarray, chi0, kernel, tol: float = NEWTON_TOL) -> tuple[n
     return 0.5 * (step + step.T), made[0]
 
 
-def refine(h: np.ndarray, fock, s: np.ndarray, n_occupied: int, steps: int, method: str = "newton",
+def refine(h: np.ndarray, fock, s: np.ndarray, n_occupied: int, steps: int, method: str = DEFAULT_METHOD,
            response=None, beta: float = BETA, depth: int = DEPTH, keep_history: bool = False) -> Refinement:
     """Refine ``h`` (nao, nao, Hartree) by ``steps`` Fock builds ``fock(D)`` (module docstring).
 

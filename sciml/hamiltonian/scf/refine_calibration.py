@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from sciml.hamiltonian.scf.refine import METHODS
+from sciml.hamiltonian.scf.refine import DEFAULT_METHOD, METHODS
 
 REFINE_FILE = "refine_calibrator.json"
 CORE_GROUP = 1000  # Mondrian group of core orbitals; above every HOMO-relative group, so never pooled with deep ones
@@ -78,7 +78,7 @@ class RefinedCalibration:
     molecules: list[str] = field(default_factory=list)
     floor: float | None = None
     core: bool = False
-    method: str = "newton"
+    method: str = DEFAULT_METHOD
 
     def to_dict(self) -> dict:
         return {"steps": self.steps, "method": self.method, "calibrator": self.calibrator.to_dict(),
