@@ -56,9 +56,8 @@ class TwoGridFock:
         return grids is not None and hasattr(self.fine, "_numint") and grids.level > self.level
 
     def __call__(self, dens: np.ndarray) -> np.ndarray:
-        if not self.corrected:
-            return self.fine.get_fock(dm=dens)
-        return self._builder().get_fock(dm=dens) + self._correction
+        solver = self._solver()
+        return solver.get_fock(dm=dens) + (self._correction if solver is not self.fine else 0.0)
 
     def response(self, c: np.ndarray, n_occupied: int, kernel: str = "coulomb"):
         """``δD -> K[δD]`` (nao, nao): the builder's kernel at the closed-shell density of orbitals ``c`` (nao, nmo).
@@ -69,10 +68,12 @@ class TwoGridFock:
         """
         from sciml.hamiltonian.scf.refine import solver_response
 
-        return solver_response(self._builder() if self.corrected else self.fine, c, n_occupied, kernel)
+        return solver_response(self._solver(), c, n_occupied, kernel)
 
-    def _builder(self):
-        """The coarse solver, made (with the correction at ``D_0``) on first use."""
+    def _solver(self):
+        """The solver that builds: the coarse one, made (with the correction at ``D_0``) on first use; else the fine."""
+        if not self.corrected:
+            return self.fine
         if self._coarse is None:
             self._coarse = self._coarse_solver()
             self._correction = self.h0 - self._coarse.get_fock(dm=self.d0)
