@@ -21,7 +21,7 @@ from sciml.hamiltonian.loss import (
     matrix_mae,
     orbital_energies,
 )
-from sciml.hamiltonian.model import HamiltonianModel
+from sciml.hamiltonian.model import HamiltonianModel, attach_base
 from sciml.hamiltonian.units import HARTREE_MEV
 
 
@@ -94,6 +94,15 @@ class HamiltonianModule(HamiltonianModel, L.LightningModule):
             eig_mae = (eps.detach() - ref).abs().mean() * HARTREE_MEV
             self.log(f"{stage}_eig_mae_mev", eig_mae, batch_size=n, sync_dist=True)
         return loss["loss"]
+
+    def on_train_start(self) -> None:
+        """Store the ridge's ΔH in every sample of the data module, once per fit.
+
+        :func:`~sciml.hamiltonian.model.attach_base`, after any checkpoint or ``init_from`` weights are in.
+        """
+        dm = getattr(self.trainer, "datamodule", None)
+        for samples in getattr(dm, "datasets", {}).values():
+            attach_base(samples, self, dm.collate_fn)
 
     def training_step(self, batch, batch_idx: int) -> torch.Tensor:
         return self._step(batch, "train")

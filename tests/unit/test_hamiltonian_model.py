@@ -236,3 +236,43 @@ def test_tensor_product_linear_is_e3nns_product_then_linear(irreps, built):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
     with pytest.raises(ValueError, match="uvu"):
         tensor_product_linear(o3.FullyConnectedTensorProduct("2x0e", "1x0e", "2x0e"), conv.linear, x1, x2, w)
+
+
+def test_stored_ridge_output_is_used_only_by_the_ridge_that_made_it():
+    """``attach_base``: batches of samples carrying the ridge's ΔH give the same outputs without calling the ridge;
+    new ridge weights (loaded into the model, or into the ridge itself) make the stored values stale, and then the
+    ridge runs again."""
+    from sciml.hamiltonian.model import attach_base
+
+    rng = np.random.default_rng(3)
+    samples = [structure_to_sample(molecule(*reference(rng)), LAYOUT, *bases(LAYOUT)) for _ in range(3)]
+    module = build(samples, ridge=True)
+    plain = module.outputs(collate(samples))
+    attach_base(samples, module, collate, chunk=2)  # chunks of 2 and 1: the split back per sample is exercised
+    calls, ridge_forward = [], module.ridge.forward
+    module.ridge.forward = lambda *a: calls.append(1) or ridge_forward(*a)
+    batch = collate(samples[::-1])  # another order: each sample keeps its own values
+    assert batch.base_token == module.ridge.token
+    stored = module.outputs(batch)
+    assert not calls
+    for key in ("base_edge", "d_node", "d_edge"):
+        n = len(plain[key]) // 3 if key == "d_node" else None
+        want, got = plain[key], stored[key]
+        if n:  # nodes: 3 atoms per molecule, molecules reversed
+            want = torch.cat([want[3 * k:3 * k + 3] for k in (2, 1, 0)])
+        if key != "d_node":
+            sizes = [s["edge_index"].shape[1] for s in samples]
+            parts = want.split(sizes)
+            want = torch.cat(parts[::-1])
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    module.load_state_dict(module.state_dict())  # the same weights, but loaded: stored values no longer trusted
+    module.outputs(collate(samples))
+    assert len(calls) == 1
+    attach_base(samples, module, collate)
+    module.outputs(collate(samples))
+    before = len(calls)  # the attach's own ridge calls, none since
+    module.ridge.load_state_dict(module.ridge.state_dict())
+    module.outputs(collate(samples))
+    assert len(calls) == before + 1
+    mixed = collate([samples[0], structure_to_sample(molecule(*reference(rng)), LAYOUT, *bases(LAYOUT))])
+    assert mixed.base_node is None and mixed.base_token is None  # not every sample carries it: none is used

@@ -7,7 +7,7 @@ and the Cartesian image shift of each edge (zero for molecules), so that ``r_ij 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import torch
 
@@ -38,6 +38,11 @@ class GraphBatch:
     x_edge: torch.Tensor  # (E, De) H0 off-site irreps, Hartree
     h_node: torch.Tensor  # (N, Dn) H on-site irreps, Hartree (zeros without a target)
     h_edge: torch.Tensor  # (E, De) H off-site irreps, Hartree (zeros without a target)
+    # the ridge base model's ΔH irreps (N, Dn), (E, De) float64 Hartree, and the token of the ridge that computed
+    # them, when every sample carries them (sciml.hamiltonian.model.attach_base); else None
+    base_node: torch.Tensor | None = field(default=None, kw_only=True)
+    base_edge: torch.Tensor | None = field(default=None, kw_only=True)
+    base_token: str | None = field(default=None, kw_only=True)
 
     def to(self, device):
         return type(self)(**{f.name: _move(getattr(self, f.name), device) for f in fields(self)})
@@ -102,6 +107,10 @@ def _graph_part(samples: list[dict]) -> dict:
     out = {k: torch.cat([s[k] for s in samples]) for k in _GRAPH}
     out["edge_index"] = torch.cat([s["edge_index"] + st for s, st in zip(samples, starts, strict=True)], dim=1)
     out["batch"] = torch.repeat_interleave(torch.arange(len(samples)), n_atoms)
+    tokens = {s.get("base_token") for s in samples}
+    if len(tokens) == 1 and None not in tokens:
+        out |= {k: torch.cat([s[k] for s in samples]) for k in ("base_node", "base_edge")}
+        out["base_token"] = tokens.pop()
     return out
 
 

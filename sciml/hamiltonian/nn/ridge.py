@@ -18,6 +18,7 @@ geometry in closed form, and the network learns what is left.
 from __future__ import annotations
 
 import contextlib
+import uuid
 
 import torch
 from torch import nn
@@ -79,6 +80,8 @@ class TensorProductRidge(nn.Module):
         self.two_hop = bool(two_hop)
         self.scale_floor = float(scale_floor)
         self.shapes = dict(shapes or {})
+        self.token = uuid.uuid4().hex  # a new one whenever weights are loaded: outputs stored under it are stale
+        self.register_load_state_dict_post_hook(_new_token)
         for name, (n_feat, mul) in self.shapes.items():
             self.register_buffer(f"{name}_cols", torch.zeros(n_feat, dtype=torch.long))
             self.register_buffer(f"{name}_scale", torch.ones(n_feat, dtype=torch.float32))
@@ -217,4 +220,10 @@ class TensorProductRidge(nn.Module):
                 if hasattr(self, f"{name}_{suffix}"):
                     delattr(self, f"{name}_{suffix}")
                 self.register_buffer(f"{name}_{suffix}", value.contiguous())
+        _new_token(self, None)
         return {name: list(shape) for name, shape in self.shapes.items()}
+
+
+def _new_token(ridge: TensorProductRidge, incompatible) -> None:
+    """New weights (fitted, or loaded into the ridge or a model holding it): a new :attr:`TensorProductRidge.token`."""
+    ridge.token = uuid.uuid4().hex
