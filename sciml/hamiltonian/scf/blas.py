@@ -4,7 +4,8 @@ pyscf's wheels bundle their own OpenBLAS for the C extensions (grid integration 
 fitting, ``lib.dot``). Up to pyscf 2.x that library is OpenBLAS 0.3.3 (2018), whose run-time CPU detection does
 not know later x86-64 CPUs (AMD Zen 2 and after, Intel Ice Lake and after): it falls back to an SSE3 kernel
 ("Prescott", "Barcelona"), and its matrix products run about 3× slower than on the AVX2 kernel the CPU supports.
-On such a machine a pyscf SCF spends a fifth to a third of its time in those products (``docs/hamiltonian.md``).
+On such a machine (an AMD EPYC) the AVX2 kernel makes a pyscf SCF 1.4–1.6× faster with the same result
+(``benchmarks/pyscf_blas.py``, ``docs/benchmarks.md``).
 
 :func:`import_pyscf_fast` imports pyscf with ``OPENBLAS_CORETYPE=Haswell`` (AVX2 + FMA) when
 
@@ -40,8 +41,7 @@ def bundled_openblas() -> tuple[Path, tuple[int, int, int] | None] | None:
     spec = importlib.util.find_spec("pyscf")
     if spec is None or not spec.submodule_search_locations:
         return None
-    found = sorted((Path(p) / "lib").glob("libopenblas*.so*") for p in spec.submodule_search_locations)
-    paths = [path for group in found for path in group]
+    paths = sorted(path for p in spec.submodule_search_locations for path in (Path(p) / "lib").glob("libopenblas*.so*"))
     if not paths:
         return None
     match = _VERSION.search(paths[0].name)
