@@ -96,13 +96,14 @@ class HamiltonianModule(HamiltonianModel, L.LightningModule):
         return loss["loss"]
 
     def on_train_start(self) -> None:
-        """Store the ridge's ΔH in every sample of the data module, once per fit.
+        """Store the ridge's ΔH in the train and val samples of the data module, once per fit.
 
         :func:`~sciml.hamiltonian.model.attach_base`, after any checkpoint or ``init_from`` weights are in.
         """
         dm = getattr(self.trainer, "datamodule", None)
-        for samples in getattr(dm, "datasets", {}).values():
-            attach_base(samples, self, dm.collate_fn)
+        for name in ("train", "val"):
+            if name in getattr(dm, "datasets", {}):
+                attach_base(dm.datasets[name], self, dm.collate_fn)
 
     def training_step(self, batch, batch_idx: int) -> torch.Tensor:
         return self._step(batch, "train")

@@ -276,3 +276,25 @@ def test_stored_ridge_output_is_used_only_by_the_ridge_that_made_it():
     assert len(calls) == before + 1
     mixed = collate([samples[0], structure_to_sample(molecule(*reference(rng)), LAYOUT, *bases(LAYOUT))])
     assert mixed.base_node is None and mixed.base_token is None  # not every sample carries it: none is used
+
+
+def test_training_stores_the_ridge_output_in_train_and_val_samples():
+    """A fit stores the ridge's ΔH once (``on_train_start``), under the ridge's token, in the train and val samples."""
+    import lightning as L
+    from torch.utils.data import DataLoader
+
+    rng = np.random.default_rng(4)
+    samples = [structure_to_sample(molecule(*reference(rng)), LAYOUT, *bases(LAYOUT)) for _ in range(4)]
+    module = build(samples[:2], ridge=True)
+
+    class Data(L.LightningDataModule):
+        datasets, collate_fn = {"train": samples[:2], "val": samples[2:3], "test": samples[3:]}, staticmethod(collate)
+
+        def train_dataloader(self):
+            return DataLoader(self.datasets["train"], batch_size=2, collate_fn=collate)
+
+    trainer = L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, limit_val_batches=0, accelerator="cpu")
+    trainer.fit(module, datamodule=Data())
+    assert all(s["base_token"] == module.ridge.token for s in samples[:3])
+    assert "base_token" not in samples[3]  # the test split is not used in training
