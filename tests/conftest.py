@@ -11,6 +11,17 @@ import torch
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
+def pytest_configure(config):
+    """Import pyscf (where installed) the package's way before any test module imports it directly.
+
+    The tests then run on the OpenBLAS kernel the commands they check use (``sciml.hamiltonian.scf.blas``).
+    """
+    if importlib.util.find_spec("pyscf") is not None:
+        from sciml.hamiltonian.scf.h0 import import_pyscf
+
+        import_pyscf()
+
+
 @pytest.fixture(scope="session")
 def load_benchmark():
     """``load_benchmark(name)``: the script ``benchmarks/<name>.py`` imported as a module (they are not a package)."""
