@@ -45,20 +45,17 @@ if sys.argv[1] == "detected":
     import pyscf.lib
 from sciml.hamiltonian.scf.h0 import import_pyscf, zeroth_step_matrices
 import_pyscf()
-from pyscf import gto, lib
-from pyscf.data.elements import charge
-from sciml.hamiltonian.data.gen_molecules import MD17
-from sciml.hamiltonian.data.generate import SCFSettings, run_molecule_scf
+from pyscf import lib
+from sciml.hamiltonian.data.gen_molecules import builtin_molecule
+from sciml.hamiltonian.data.generate import SCFSettings, pyscf_molecule, run_molecule_scf
 from sciml.hamiltonian.scf.blas import pyscf_blas_core
 lib.num_threads(1)
 a, b = np.random.default_rng(0).random((20000, 132)), np.random.default_rng(1).random((132, 132))
 times = []
 for _ in range(5):
     t = time.perf_counter(); lib.dot(a, b); times.append(time.perf_counter() - t)
-atoms = MD17["uracil"]
-numbers = np.array([charge(s) for s, *_ in atoms]); positions = np.array([xyz for _, *xyz in atoms], float)
-mol = gto.M(atom=[(int(z), tuple(p)) for z, p in zip(numbers, positions)], basis="def2-svp", unit="Angstrom",
-            verbose=0)
+numbers, positions = builtin_molecule("uracil")
+mol = pyscf_molecule(numbers, positions, "def2-svp")
 t = time.perf_counter(); zeroth_step_matrices(mol, "pbe", method="fast"); h0 = time.perf_counter() - t
 ref = run_molecule_scf(numbers, positions, SCFSettings(threads=1, h0="fast"))
 engine = SCFSettings(threads=1, density_fit=True, grid_level=1, final_build=True, h0="fast")

@@ -135,7 +135,7 @@ class HamiltonianModel(torch.nn.Module):
         """
         if self.ridge is None:
             return torch.zeros_like(batch.x_node), torch.zeros_like(batch.x_edge)
-        if getattr(batch, "base_token", None) == self.ridge.token:
+        if batch.base_token == self.ridge.token:
             return batch.base_node, batch.base_edge
         return self.ridge(batch.x_node, batch.x_edge, vec, batch.edge_index, batch.node_type, batch.edge_type)
 

@@ -219,8 +219,8 @@ def test_scf_seeded_from_a_model_prediction(tmp_path, capsys):
     assert main(["data", "hamiltonian", *CPU, "--indices", "3", "--seed-model", "organic-pbe-def2svp",
                  "--seed-refine", "2", "--out", str(refined)]) == 0
     assert json.loads((refined / "manifest.json").read_text())["selection"]["seed_refine"] == 2
-    again = read_npz(refined / "qm9_000003.npz")[0][0].to_dense("H", read_npz(refined / "qm9_000003.npz")[1],
-                                                                 order="pyscf")
+    structures, layout = read_npz(refined / "qm9_000003.npz")
+    again = structures[0].to_dense("H", layout, order="pyscf")
     assert np.abs(again - plain["mats"]["H"]).max() < 1e-5
     capsys.readouterr()
     assert main(["data", "hamiltonian", *CPU, "--indices", "3", "--basis", "sto-3g", "--seed-model",
